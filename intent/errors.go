@@ -1,0 +1,85 @@
+package intent
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes. Each maps to exactly one HTTP status in httpapi; the domain
+// never speaks HTTP itself.
+const (
+	EInvalid          = "invalid"           // 400: the request breaks the input rules
+	EUnauthorized     = "unauthorized"      // 401: no valid bearer token
+	ENotFound         = "not_found"         // 404: no such record for this actor
+	EConflict         = "conflict"          // 409: the id is bound to other input
+	ETooLarge         = "too_large"         // 413: the body is over its limit
+	EUnsupportedMedia = "unsupported_media" // 415: the body is not of an accepted type
+	EUnprocessable    = "unprocessable"     // 422: well-formed, but the plan refuses it
+	EUnavailable      = "unavailable"       // 503: shutting down or a dependency is down
+	EInternal         = "internal"          // 500: a bug or an unexpected failure
+)
+
+// ConflictMessage is the exact detail of every request-id conflict.
+const ConflictMessage = "The request ID already belongs to different input."
+
+// FieldError names one field of the input and what is wrong with it.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// Error is the domain error: a code for machines, a message for people and,
+// for validation, the fields at fault.
+type Error struct {
+	Code    string
+	Message string
+	Fields  []FieldError
+}
+
+// Error implements the error interface.
+func (e *Error) Error() string {
+	if len(e.Fields) == 0 {
+		return fmt.Sprintf("%s: %s", e.Code, e.Message)
+	}
+	return fmt.Sprintf("%s: %s (%s: %s)", e.Code, e.Message, e.Fields[0].Field, e.Fields[0].Message)
+}
+
+// Errorf returns an *Error with the code and a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, EInternal for
+// any other non-nil error, and "" for nil.
+func ErrorCode(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return EInternal
+}
+
+// ErrorMessage returns the message of the first *Error in err's chain, or a
+// generic text for other errors (their details are for the logs only).
+func ErrorMessage(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return "Internal error."
+}
+
+// ErrorFields returns the field errors of the first *Error in err's chain.
+func ErrorFields(err error) []FieldError {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Fields
+	}
+	return nil
+}

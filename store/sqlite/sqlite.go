@@ -1,0 +1,232 @@
+// Package sqlite is the SQLite implementation of store.Store, on the pure-Go
+// driver modernc.org/sqlite.
+//
+// One file, WAL mode, foreign keys on. Writes go through a pool of exactly
+// one connection, so writers in this process queue fairly in Go instead of
+// polling SQLite's busy handler; every write transaction begins IMMEDIATE
+// (_txlock=immediate), so it holds the write lock from its first statement
+// and a read-then-write inside it cannot be overtaken. Other processes on the
+// same file wait through busy_timeout. Reads use a separate pool of
+// read-only connections that WAL lets run beside the writer.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"studio/intent"
+	"studio/migrations"
+)
+
+// Synchronous modes for Config.Synchronous.
+const (
+	// SyncFull fsyncs the WAL at every commit: an answered commit survives a
+	// crash of the machine. The default.
+	SyncFull = "FULL"
+	// SyncNormal fsyncs at checkpoints only: an answered commit survives a
+	// crash of the process, but the last commits may be lost if the machine
+	// loses power.
+	SyncNormal = "NORMAL"
+)
+
+// Config opens a store.
+type Config struct {
+	// Path of the database file; created with its directory if missing.
+	Path string
+	// Synchronous is SyncFull (default) or SyncNormal.
+	Synchronous string
+	// Now is the clock for created/updated times; time.Now by default.
+	Now func() time.Time
+	// ReadConns bounds the read pool; 4 by default.
+	ReadConns int
+}
+
+// Store is a SQLite-backed store.Store.
+type Store struct {
+	write *sql.DB // exactly one connection; every write transaction is IMMEDIATE
+	read  *sql.DB // read-only connections
+	now   func() time.Time
+	path  string
+}
+
+// Open opens (creating if needed) the database at cfg.Path and applies every
+// migration not applied yet.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("open sqlite: empty path")
+	}
+	sync := strings.ToUpper(cfg.Synchronous)
+	if sync == "" {
+		sync = SyncFull
+	}
+	if sync != SyncFull && sync != SyncNormal {
+		return nil, fmt.Errorf("open sqlite: synchronous must be FULL or NORMAL, not %q", cfg.Synchronous)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ReadConns <= 0 {
+		cfg.ReadConns = 4
+	}
+	if dir := filepath.Dir(cfg.Path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("open sqlite: %w", err)
+		}
+	}
+	pragmas := []string{
+		"busy_timeout(10000)",
+		"journal_mode(WAL)",
+		"foreign_keys(1)",
+		"synchronous(" + sync + ")",
+	}
+	dsn := func(extra ...string) string {
+		q := url.Values{}
+		for _, p := range append(pragmas, extra...) {
+			q.Add("_pragma", p)
+		}
+		return "file:" + cfg.Path + "?" + q.Encode()
+	}
+	write, err := sql.Open("sqlite", dsn()+"&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite: %w", err)
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxIdleTime(0)
+	write.SetConnMaxLifetime(0)
+	s := &Store{write: write, now: cfg.Now, path: cfg.Path}
+	if err := s.migrate(ctx); err != nil {
+		write.Close()
+		return nil, err
+	}
+	read, err := sql.Open("sqlite", dsn("query_only(1)"))
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open sqlite: %w", err)
+	}
+	read.SetMaxOpenConns(cfg.ReadConns)
+	read.SetMaxIdleConns(cfg.ReadConns)
+	s.read = read
+	return s, nil
+}
+
+// Close closes both pools.
+func (s *Store) Close() error {
+	var errs []error
+	if s.read != nil {
+		errs = append(errs, s.read.Close())
+	}
+	errs = append(errs, s.write.Close())
+	return errors.Join(errs...)
+}
+
+// DB returns the write pool (one connection, IMMEDIATE transactions) for
+// code of this engine that keeps its own tables in the same file, such as
+// the lock store, and for benchmarks of bare statements.
+func (s *Store) DB() *sql.DB { return s.write }
+
+// ReadDB returns the read-only pool.
+func (s *Store) ReadDB() *sql.DB { return s.read }
+
+// Ping checks the database answers and every migration is applied.
+func (s *Store) Ping(ctx context.Context) error {
+	ms, err := migrations.For("sqlite")
+	if err != nil {
+		return err
+	}
+	var v int
+	if err := s.read.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v); err != nil {
+		return fmt.Errorf("ping sqlite: %w", err)
+	}
+	if len(ms) > 0 && v < ms[len(ms)-1].Version {
+		return fmt.Errorf("ping sqlite: schema at version %d, want %d", v, ms[len(ms)-1].Version)
+	}
+	return nil
+}
+
+// migrate applies the pending migrations, each in its own IMMEDIATE
+// transaction that re-checks whether another process applied it first.
+func (s *Store) migrate(ctx context.Context) error {
+	ms, err := migrations.For("sqlite")
+	if err != nil {
+		return err
+	}
+	if _, err := s.write.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	for _, m := range ms {
+		if err := s.apply(ctx, m); err != nil {
+			return fmt.Errorf("migrate %04d_%s: %w", m.Version, m.Name, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) apply(ctx context.Context, m migrations.Migration) error {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, m.Version).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+		m.Version, m.Name, s.now().UnixMilli()); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Migrate opens the database at path, applies pending migrations and closes it.
+func Migrate(ctx context.Context, path string) error {
+	s, err := Open(ctx, Config{Path: path})
+	if err != nil {
+		return err
+	}
+	return s.Close()
+}
+
+// interpret translates driver errors into domain errors, once, here.
+func interpret(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return &intent.Error{Code: intent.ENotFound, Message: "Not found."}
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() {
+		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+			return fmt.Errorf("%w", &intent.Error{Code: intent.EConflict, Message: "Already exists."})
+		}
+	}
+	return err
+}
+
+// ms converts a time to the stored integer milliseconds.
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// fromMS converts stored milliseconds to a UTC time.
+func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
