@@ -34,6 +34,7 @@ CREATE TABLE batches (
     failed     INTEGER NOT NULL DEFAULT 0,
     canceled   INTEGER NOT NULL DEFAULT 0,
     started    INTEGER NOT NULL DEFAULT 0, -- 1 once any task was claimed
+    cancel_requested INTEGER NOT NULL DEFAULT 0, -- running tasks stop at their next step
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL
 );

@@ -230,3 +230,6 @@ func ms(t time.Time) int64 { return t.UnixMilli() }
 
 // fromMS converts stored milliseconds to a UTC time.
 func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+// Path is the database file's path.
+func (s *Store) Path() string { return s.path }

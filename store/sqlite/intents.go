@@ -1,0 +1,297 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"studio/intent"
+	"studio/store"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// LookupIntent is the plain read of a binding, outside any transaction.
+func (s *Store) LookupIntent(ctx context.Context, actor, requestID string) (intent.Binding, error) {
+	return lookupIntent(ctx, s.read, actor, requestID)
+}
+
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func lookupIntent(ctx context.Context, q queryer, actor, requestID string) (intent.Binding, error) {
+	b := intent.Binding{Actor: actor, RequestID: requestID}
+	var created int64
+	err := q.QueryRowContext(ctx, `SELECT operation, fingerprint, resource_id, created_at
+		FROM intents WHERE actor = ? AND request_id = ?`, actor, requestID).
+		Scan(&b.Operation, &b.Fingerprint, &b.ResourceID, &created)
+	if err != nil {
+		return intent.Binding{}, interpret(err)
+	}
+	b.CreatedAt = fromMS(created)
+	return b, nil
+}
+
+// CreateIntent commits the binding and its record tree in one IMMEDIATE
+// transaction, after checking the binding again inside it.
+func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.Binding, bool, error) {
+	if (in.Batch == nil) == (in.Publication == nil) {
+		return intent.Binding{}, false, fmt.Errorf("create intent: exactly one of batch or publication")
+	}
+	if in.Publication != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: publications are not supported by this store yet")
+	}
+	b := in.Binding
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
+	}
+	defer tx.Rollback()
+
+	// The check inside the transaction: the guarantee. The write lock is
+	// held from BEGIN IMMEDIATE on, so no other writer can bind the id
+	// between this read and the insert below.
+	found, err := lookupIntent(ctx, tx, b.Actor, b.RequestID)
+	switch {
+	case err == nil:
+		if found.Operation != b.Operation || found.Fingerprint != b.Fingerprint {
+			return intent.Binding{}, false, &intent.Error{Code: intent.EConflict, Message: intent.ConflictMessage}
+		}
+		return found, false, nil
+	case intent.ErrorCode(err) != intent.ENotFound:
+		return intent.Binding{}, false, fmt.Errorf("create intent: check binding: %w", err)
+	}
+
+	now := ms(b.CreatedAt)
+	if _, err := tx.ExecContext(ctx, `INSERT INTO intents (actor, request_id, operation, fingerprint, resource_id, created_at)
+		VALUES (?, ?, ?, ?, ?, ?)`, b.Actor, b.RequestID, b.Operation, b.Fingerprint, b.ResourceID, now); err != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: bind: %w", interpret(err))
+	}
+	if err := insertBatch(ctx, tx, b, in.Batch); err != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: commit: %w", err)
+	}
+	return b, true, nil
+}
+
+func insertBatch(ctx context.Context, tx *sql.Tx, b intent.Binding, nb *intent.NewBatch) error {
+	now := ms(nb.CreatedAt)
+	n := len(nb.Tasks)
+	if _, err := tx.ExecContext(ctx, `INSERT INTO batches (id, actor, request_id, prompt, spec, task_count, queued, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, nb.ID, b.Actor, b.RequestID, nb.Prompt, nb.Spec, n, n, now, now); err != nil {
+		return fmt.Errorf("insert batch: %w", interpret(err))
+	}
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO tasks (id, batch_id, actor, collection, frame, generator, candidate, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("prepare task insert: %w", err)
+	}
+	defer stmt.Close()
+	for i := range nb.Tasks {
+		t := &nb.Tasks[i]
+		if _, err := stmt.ExecContext(ctx, t.ID, nb.ID, b.Actor, t.Collection, t.Frame, t.Generator, t.Candidate, now, now); err != nil {
+			return fmt.Errorf("insert task %d: %w", i, interpret(err))
+		}
+	}
+	return nil
+}
+
+const batchColumns = `id, actor, request_id, prompt, task_count, queued, running, succeeded, failed, canceled, started, created_at, updated_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanBatch(r scanner) (intent.Batch, error) {
+	var b intent.Batch
+	var started bool
+	var created, updated int64
+	if err := r.Scan(&b.ID, &b.Actor, &b.RequestID, &b.Prompt, &b.TaskCount,
+		&b.Counts.Queued, &b.Counts.Running, &b.Counts.Succeeded, &b.Counts.Failed, &b.Counts.Canceled,
+		&started, &created, &updated); err != nil {
+		return intent.Batch{}, err
+	}
+	b.State = b.Counts.State(started)
+	b.CreatedAt, b.UpdatedAt = fromMS(created), fromMS(updated)
+	return b, nil
+}
+
+// GetBatch reads one of the actor's batches.
+func (s *Store) GetBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
+	return getBatch(ctx, s.read, actor, id)
+}
+
+func getBatch(ctx context.Context, q queryer, actor, id string) (intent.Batch, error) {
+	b, err := scanBatch(q.QueryRowContext(ctx, `SELECT `+batchColumns+` FROM batches WHERE id = ? AND actor = ?`, id, actor))
+	if err != nil {
+		return intent.Batch{}, interpret(err)
+	}
+	return b, nil
+}
+
+// ListBatches pages the actor's batches, newest first.
+func (s *Store) ListBatches(ctx context.Context, p store.ListParams) ([]intent.Batch, error) {
+	q := `SELECT ` + batchColumns + ` FROM batches WHERE actor = ?`
+	args := []any{p.Actor}
+	if p.After != "" {
+		q += ` AND id < ?`
+		args = append(args, p.After)
+	}
+	q += ` ORDER BY id DESC LIMIT ?`
+	args = append(args, p.Limit)
+	rows, err := s.read.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list batches: %w", err)
+	}
+	defer rows.Close()
+	var out []intent.Batch
+	for rows.Next() {
+		b, err := scanBatch(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list batches: %w", err)
+		}
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+const taskColumns = `id, batch_id, collection, frame, generator, candidate, state, attempts, asset_id, error, updated_at`
+
+func scanTask(r scanner) (intent.Task, error) {
+	var t intent.Task
+	var asset, errText sql.NullString
+	var updated int64
+	if err := r.Scan(&t.ID, &t.BatchID, &t.Collection, &t.Frame, &t.Generator, &t.Candidate,
+		&t.State, &t.Attempts, &asset, &errText, &updated); err != nil {
+		return intent.Task{}, err
+	}
+	if asset.Valid {
+		t.AssetID = &asset.String
+	}
+	if errText.Valid {
+		t.Error = &errText.String
+	}
+	t.UpdatedAt = fromMS(updated)
+	return t, nil
+}
+
+// ListTasks pages one of the actor's batch's tasks in plan order.
+func (s *Store) ListTasks(ctx context.Context, batchID string, p store.ListParams) ([]intent.Task, error) {
+	tx, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	defer tx.Rollback()
+	var one int
+	if err := tx.QueryRowContext(ctx, `SELECT 1 FROM batches WHERE id = ? AND actor = ?`, batchID, p.Actor).Scan(&one); err != nil {
+		return nil, interpret(err)
+	}
+	q := `SELECT ` + taskColumns + ` FROM tasks WHERE batch_id = ?`
+	args := []any{batchID}
+	if p.State != "" {
+		q += ` AND state = ?`
+		args = append(args, p.State)
+	}
+	if p.After != "" {
+		q += ` AND id > ?`
+		args = append(args, p.After)
+	}
+	q += ` ORDER BY id LIMIT ?`
+	args = append(args, p.Limit)
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	defer rows.Close()
+	var out []intent.Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list tasks: %w", err)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// CancelBatch cancels the queued tasks now and asks running ones to stop.
+func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
+	}
+	defer tx.Rollback()
+	b, err := getBatch(ctx, tx, actor, id)
+	if err != nil {
+		return intent.Batch{}, err
+	}
+	if b.Counts.Queued+b.Counts.Running == 0 {
+		return b, nil // ended: nothing changes
+	}
+	now := ms(s.now())
+	res, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
+		WHERE batch_id = ? AND state = 'queued'`, now, id)
+	if err != nil {
+		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE batches SET queued = queued - ?, canceled = canceled + ?,
+		cancel_requested = 1, updated_at = ? WHERE id = ?`, n, n, now, id); err != nil {
+		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
+	}
+	b, err = getBatch(ctx, tx, actor, id)
+	if err != nil {
+		return intent.Batch{}, err
+	}
+	return b, tx.Commit()
+}
+
+// GetAsset reads one of the actor's assets.
+func (s *Store) GetAsset(ctx context.Context, actor, id string) (intent.Asset, error) {
+	var a intent.Asset
+	var task sql.NullString
+	var created int64
+	err := s.read.QueryRowContext(ctx, `SELECT id, actor, task_id, sha256, content_type, size, width, height, created_at
+		FROM assets WHERE id = ? AND actor = ?`, id, actor).
+		Scan(&a.ID, &a.Actor, &task, &a.SHA256, &a.ContentType, &a.Size, &a.Width, &a.Height, &created)
+	if err != nil {
+		return intent.Asset{}, interpret(err)
+	}
+	if task.Valid {
+		a.TaskID = &task.String
+	}
+	a.CreatedAt = fromMS(created)
+	return a, nil
+}
+
+// CreateToken stores a token hash for an actor.
+func (s *Store) CreateToken(ctx context.Context, actor, tokenHash string) error {
+	_, err := s.write.ExecContext(ctx, `INSERT INTO tokens (hash, actor, created_at) VALUES (?, ?, ?)`,
+		tokenHash, actor, ms(s.now()))
+	if err != nil {
+		return fmt.Errorf("create token: %w", interpret(err))
+	}
+	return nil
+}
+
+// ActorForToken returns the actor a token hash belongs to.
+func (s *Store) ActorForToken(ctx context.Context, tokenHash string) (string, error) {
+	var actor string
+	if err := s.read.QueryRowContext(ctx, `SELECT actor FROM tokens WHERE hash = ?`, tokenHash).Scan(&actor); err != nil {
+		return "", interpret(err)
+	}
+	return actor, nil
+}
+
+// CountTokens counts stored tokens.
+func (s *Store) CountTokens(ctx context.Context) (int, error) {
+	var n int
+	if err := s.read.QueryRowContext(ctx, `SELECT COUNT(*) FROM tokens`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count tokens: %w", err)
+	}
+	return n, nil
+}
