@@ -1,0 +1,272 @@
+package generator
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"image"
+	"image/png"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// KindEmbedded is the catalog kind of the generators built into studio.
+const KindEmbedded = "embedded"
+
+// Ids of the embedded generators.
+const (
+	Sketch = "sketch" // pen strokes on light paper
+	Mosaic = "mosaic" // coloured tiles
+	Noop   = "noop"   // a fixed 1x1 PNG, no delay: for benchmarks of the drain loop
+)
+
+// EmbeddedIDs lists the ids a catalog may give generators of kind embedded.
+func EmbeddedIDs() []string { return []string{Sketch, Mosaic, Noop} }
+
+// ErrSimulated is the transient failure params.fail_attempts asks for.
+var ErrSimulated = errors.New("simulated failure")
+
+// renderFunc draws the picture of a digest at a size.
+type renderFunc func(img *image.RGBA, d digest)
+
+// embedded is a stateless in-process generator. Its reference is
+// "<id>:<sha256 of the render inputs>:<width>x<height>:<delay_ms>", so Wait
+// and Fetch need nothing but the reference, in any process.
+type embedded struct {
+	id     string
+	render renderFunc
+}
+
+// NewSketch returns the sketch generator: pen strokes and hatching on light
+// paper.
+func NewSketch() Generator { return &embedded{id: Sketch, render: renderSketch} }
+
+// NewMosaic returns the mosaic generator: a grid of coloured tiles with a
+// motif.
+func NewMosaic() Generator { return &embedded{id: Mosaic, render: renderMosaic} }
+
+// ID implements Generator.
+func (g *embedded) ID() string { return g.id }
+
+// Submit implements Generator. It checks the params, fails the first
+// params.fail_attempts attempts with a transient error, and returns the
+// reference, a pure function of the job (the same Key always has the same
+// job, hence the same reference).
+func (g *embedded) Submit(ctx context.Context, job Job) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("submit: %w", err)
+	}
+	if job.Attempt < 1 {
+		return "", Permanent(fmt.Errorf("submit %s: attempt %d is not 1-based", job.Key, job.Attempt))
+	}
+	p, err := ParseParams(job.Params)
+	if err != nil {
+		return "", Permanent(fmt.Errorf("submit %s: %w", job.Key, err))
+	}
+	if job.Attempt <= p.FailAttempts {
+		return "", fmt.Errorf("submit %s: %w (attempt %d of the first %d)", job.Key, ErrSimulated, job.Attempt, p.FailAttempts)
+	}
+	d, err := jobDigest(g.id, job)
+	if err != nil {
+		return "", Permanent(fmt.Errorf("submit %s: %w", job.Key, err))
+	}
+	return ref{gen: g.id, digest: d, width: p.Width, height: p.Height, delayMS: p.DelayMS}.String(), nil
+}
+
+// Wait implements Generator: it waits params.delay_ms, or until ctx ends.
+func (g *embedded) Wait(ctx context.Context, s string) error {
+	r, err := g.parseRef(s)
+	if err != nil {
+		return err
+	}
+	if r.delayMS == 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(time.Duration(r.delayMS) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait: %w", ctx.Err())
+	}
+}
+
+// Fetch implements Generator: it renders the picture of the reference.
+func (g *embedded) Fetch(ctx context.Context, s string) (Image, error) {
+	r, err := g.parseRef(s)
+	if err != nil {
+		return Image{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Image{}, fmt.Errorf("fetch: %w", err)
+	}
+	img := image.NewRGBA(image.Rect(0, 0, r.width, r.height))
+	g.render(img, r.digest)
+	b, err := encodePNG(img)
+	if err != nil {
+		return Image{}, fmt.Errorf("fetch: %w", err)
+	}
+	return Image{Bytes: b, ContentType: "image/png", Width: r.width, Height: r.height}, nil
+}
+
+func (g *embedded) parseRef(s string) (ref, error) {
+	r, err := parseRef(s)
+	if err != nil {
+		return ref{}, Permanent(err)
+	}
+	if r.gen != g.id {
+		return ref{}, Permanent(fmt.Errorf("reference %q belongs to generator %q, not %q", s, r.gen, g.id))
+	}
+	return r, nil
+}
+
+// encoder is the one PNG encoder configuration: fixed, so equal images give
+// equal bytes. Go's PNG encoder writes no time or other varying chunk.
+var encoder = png.Encoder{CompressionLevel: png.DefaultCompression}
+
+func encodePNG(img image.Image) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := encoder.Encode(&buf, img); err != nil {
+		return nil, fmt.Errorf("encode png: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// digest is the SHA-256 of everything a picture is rendered from.
+type digest [32]byte
+
+// jobDigest hashes the render inputs: generator, prompt, collection, frame,
+// candidate, seed, subjects and params, without the members that only steer
+// execution (delay_ms, fail_attempts), nor the key or the attempt: the same
+// inputs in another batch give the same picture.
+func jobDigest(gen string, job Job) (digest, error) {
+	h := sha256.New()
+	str := func(s string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	num := func(v int64) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(v))
+		h.Write(n[:])
+	}
+	str("studio/embedded/v1")
+	str(gen)
+	str(job.Prompt)
+	str(job.Collection)
+	str(job.Frame)
+	num(int64(job.Candidate))
+	if job.Seed != nil {
+		num(1)
+		num(*job.Seed)
+	} else {
+		num(0)
+	}
+	num(int64(len(job.Subjects)))
+	for _, s := range job.Subjects {
+		str(s)
+	}
+	members, err := decodeObject(job.Params)
+	if err != nil {
+		return digest{}, err
+	}
+	keys := make([]string, 0, len(members))
+	for k := range members {
+		if k != "delay_ms" && k != "fail_attempts" {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	num(int64(len(keys)))
+	for _, k := range keys {
+		v := members[k].Clone()
+		if err := v.Canonicalize(); err != nil {
+			return digest{}, fmt.Errorf("params.%s: %w", k, err)
+		}
+		str(k)
+		str(string(v))
+	}
+	var d digest
+	h.Sum(d[:0])
+	return d, nil
+}
+
+// ref is a parsed reference of an embedded generator.
+type ref struct {
+	gen           string
+	digest        digest
+	width, height int
+	delayMS       int
+}
+
+func (r ref) String() string {
+	return fmt.Sprintf("%s:%x:%dx%d:%d", r.gen, r.digest[:], r.width, r.height, r.delayMS)
+}
+
+func parseRef(s string) (ref, error) {
+	bad := func(why string) (ref, error) { return ref{}, fmt.Errorf("bad reference %q: %s", s, why) }
+	parts := strings.Split(s, ":")
+	if len(parts) != 4 {
+		return bad("want 4 parts")
+	}
+	r := ref{gen: parts[0]}
+	if n, err := hex.Decode(r.digest[:], []byte(parts[1])); err != nil || n != len(r.digest) || len(parts[1]) != 2*len(r.digest) {
+		return bad("digest")
+	}
+	w, h, ok := strings.Cut(parts[2], "x")
+	var err1, err2, err3 error
+	r.width, err1 = strconv.Atoi(w)
+	r.height, err2 = strconv.Atoi(h)
+	r.delayMS, err3 = strconv.Atoi(parts[3])
+	switch {
+	case !ok || err1 != nil || err2 != nil || r.width < MinSize || r.width > MaxSize || r.height < MinSize || r.height > MaxSize:
+		return bad("size")
+	case err3 != nil || r.delayMS < 0 || r.delayMS > MaxDelayMS:
+		return bad("delay")
+	}
+	return r, nil
+}
+
+// noop is the generator for benchmarks: no params, no delay, one fixed PNG.
+type noop struct{}
+
+// noopPNG is a 1x1 opaque grey PNG.
+var noopPNG = func() []byte {
+	img := image.NewRGBA(image.Rect(0, 0, 1, 1))
+	copy(img.Pix, []byte{0x80, 0x80, 0x80, 0xff})
+	b, err := encodePNG(img)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}()
+
+// NewNoop returns the noop generator: every job is done at once and its
+// image is the same 1x1 PNG. It ignores params.
+func NewNoop() Generator { return noop{} }
+
+// ID implements Generator.
+func (noop) ID() string { return Noop }
+
+// Submit implements Generator.
+func (noop) Submit(ctx context.Context, job Job) (string, error) { return Noop, ctx.Err() }
+
+// Wait implements Generator.
+func (noop) Wait(ctx context.Context, ref string) error { return ctx.Err() }
+
+// Fetch implements Generator.
+func (noop) Fetch(ctx context.Context, ref string) (Image, error) {
+	if err := ctx.Err(); err != nil {
+		return Image{}, err
+	}
+	return Image{Bytes: slices.Clone(noopPNG), ContentType: "image/png", Width: 1, Height: 1}, nil
+}
