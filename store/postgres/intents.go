@@ -1,0 +1,310 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"studio/intent"
+	"studio/store"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// querier is what both the pool and a transaction offer.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// LookupIntent is the plain read of a binding, outside any transaction.
+func (s *Store) LookupIntent(ctx context.Context, actor, requestID string) (intent.Binding, error) {
+	return lookupIntent(ctx, s.pool, actor, requestID)
+}
+
+func lookupIntent(ctx context.Context, q querier, actor, requestID string) (intent.Binding, error) {
+	b := intent.Binding{Actor: actor, RequestID: requestID}
+	err := q.QueryRow(ctx, `SELECT operation, fingerprint, resource_id, created_at
+		FROM intents WHERE actor = $1 AND request_id = $2`, actor, requestID).
+		Scan(&b.Operation, &b.Fingerprint, &b.ResourceID, &b.CreatedAt)
+	if err != nil {
+		return intent.Binding{}, interpret(err)
+	}
+	b.CreatedAt = b.CreatedAt.UTC()
+	return b, nil
+}
+
+// CreateIntent commits the binding and its record tree in one transaction.
+//
+// Under READ COMMITTED a check-then-insert would let two tries both see no
+// binding; so the binding goes in first, with ON CONFLICT DO NOTHING. The
+// primary key (actor, request_id) makes a second inserter of the same key
+// wait until the first commits or rolls back: after a commit its insert does
+// nothing and it reads the committed binding (a new statement sees it, at
+// READ COMMITTED), after a rollback its insert goes in and it carries on as
+// the owner. Only the owner of the inserted row writes the batch and tasks,
+// so exactly one tree is ever made per binding.
+func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.Binding, bool, error) {
+	if (in.Batch == nil) == (in.Publication == nil) {
+		return intent.Binding{}, false, fmt.Errorf("create intent: exactly one of batch or publication")
+	}
+	if in.Publication != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: publications are not supported by this store yet")
+	}
+	b := in.Binding
+	b.CreatedAt = stamp(b.CreatedAt)
+	rows := taskRows(b.Actor, in.Batch) // encoded before BEGIN
+
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
+	}
+	defer tx.Rollback(ctx)
+
+	tag, err := tx.Exec(ctx, `INSERT INTO intents (actor, request_id, operation, fingerprint, resource_id, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (actor, request_id) DO NOTHING`,
+		b.Actor, b.RequestID, b.Operation, b.Fingerprint, b.ResourceID, b.CreatedAt)
+	if err != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: bind: %w", interpret(err))
+	}
+	if tag.RowsAffected() == 0 {
+		// Bound already, by a transaction that has committed.
+		found, err := lookupIntent(ctx, tx, b.Actor, b.RequestID)
+		if err != nil {
+			return intent.Binding{}, false, fmt.Errorf("create intent: read binding: %w", err)
+		}
+		if found.Operation != b.Operation || found.Fingerprint != b.Fingerprint {
+			return intent.Binding{}, false, &intent.Error{Code: intent.EConflict, Message: intent.ConflictMessage}
+		}
+		return found, false, nil
+	}
+	if err := insertBatch(ctx, tx, b, in.Batch, rows); err != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: commit: %w", interpret(err))
+	}
+	return b, true, nil
+}
+
+// taskColumnsIn are the columns CopyFrom fills, in taskRows' order.
+var taskColumnsIn = []string{"id", "batch_id", "actor", "collection", "frame", "generator", "candidate", "created_at", "updated_at"}
+
+// taskRows lays the tasks out for CopyFrom.
+func taskRows(actor string, nb *intent.NewBatch) [][]any {
+	now := stamp(nb.CreatedAt)
+	rows := make([][]any, len(nb.Tasks))
+	for i := range nb.Tasks {
+		t := &nb.Tasks[i]
+		rows[i] = []any{t.ID, nb.ID, actor, t.Collection, t.Frame, t.Generator, int32(t.Candidate), now, now}
+	}
+	return rows
+}
+
+// insertBatch writes the batch row, then every task in one COPY.
+func insertBatch(ctx context.Context, tx pgx.Tx, b intent.Binding, nb *intent.NewBatch, rows [][]any) error {
+	now := stamp(nb.CreatedAt)
+	n := len(nb.Tasks)
+	if _, err := tx.Exec(ctx, `INSERT INTO batches (id, actor, request_id, prompt, spec, task_count, queued, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $7)`, nb.ID, b.Actor, b.RequestID, nb.Prompt, nb.Spec, n, now); err != nil {
+		return fmt.Errorf("insert batch: %w", interpret(err))
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"tasks"}, taskColumnsIn, pgx.CopyFromRows(rows)); err != nil {
+		return fmt.Errorf("insert tasks: %w", interpret(err))
+	}
+	return nil
+}
+
+const batchColumns = `id, actor, request_id, prompt, task_count, queued, running, succeeded, failed, canceled, started, created_at, updated_at`
+
+func scanBatch(r pgx.Row) (intent.Batch, error) {
+	var b intent.Batch
+	var started bool
+	if err := r.Scan(&b.ID, &b.Actor, &b.RequestID, &b.Prompt, &b.TaskCount,
+		&b.Counts.Queued, &b.Counts.Running, &b.Counts.Succeeded, &b.Counts.Failed, &b.Counts.Canceled,
+		&started, &b.CreatedAt, &b.UpdatedAt); err != nil {
+		return intent.Batch{}, err
+	}
+	b.State = b.Counts.State(started)
+	b.CreatedAt, b.UpdatedAt = b.CreatedAt.UTC(), b.UpdatedAt.UTC()
+	return b, nil
+}
+
+// GetBatch reads one of the actor's batches.
+func (s *Store) GetBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
+	return getBatch(ctx, s.pool, actor, id)
+}
+
+func getBatch(ctx context.Context, q querier, actor, id string) (intent.Batch, error) {
+	b, err := scanBatch(q.QueryRow(ctx, `SELECT `+batchColumns+` FROM batches WHERE id = $1 AND actor = $2`, id, actor))
+	if err != nil {
+		return intent.Batch{}, interpret(err)
+	}
+	return b, nil
+}
+
+// ListBatches pages the actor's batches, newest first.
+func (s *Store) ListBatches(ctx context.Context, p store.ListParams) ([]intent.Batch, error) {
+	q := `SELECT ` + batchColumns + ` FROM batches WHERE actor = $1`
+	args := []any{p.Actor}
+	if p.After != "" {
+		q += ` AND id < $2`
+		args = append(args, p.After)
+	}
+	q += fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args)+1)
+	args = append(args, p.Limit)
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list batches: %w", err)
+	}
+	defer rows.Close()
+	var out []intent.Batch
+	for rows.Next() {
+		b, err := scanBatch(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list batches: %w", err)
+		}
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list batches: %w", err)
+	}
+	return out, nil
+}
+
+const taskColumns = `id, batch_id, collection, frame, generator, candidate, state, attempts, asset_id, error, updated_at`
+
+func scanTask(r pgx.Row) (intent.Task, error) {
+	var t intent.Task
+	if err := r.Scan(&t.ID, &t.BatchID, &t.Collection, &t.Frame, &t.Generator, &t.Candidate,
+		&t.State, &t.Attempts, &t.AssetID, &t.Error, &t.UpdatedAt); err != nil {
+		return intent.Task{}, err
+	}
+	t.UpdatedAt = t.UpdatedAt.UTC()
+	return t, nil
+}
+
+// ListTasks pages one of the actor's batch's tasks in plan order. Batches
+// are never deleted, so the ownership check and the page need not share a
+// snapshot.
+func (s *Store) ListTasks(ctx context.Context, batchID string, p store.ListParams) ([]intent.Task, error) {
+	var owned bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM batches WHERE id = $1 AND actor = $2)`,
+		batchID, p.Actor).Scan(&owned); err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	if !owned {
+		return nil, &intent.Error{Code: intent.ENotFound, Message: "Not found."}
+	}
+	q := `SELECT ` + taskColumns + ` FROM tasks WHERE batch_id = $1`
+	args := []any{batchID}
+	if p.State != "" {
+		args = append(args, p.State)
+		q += fmt.Sprintf(` AND state = $%d`, len(args))
+	}
+	if p.After != "" {
+		args = append(args, p.After)
+		q += fmt.Sprintf(` AND id > $%d`, len(args))
+	}
+	args = append(args, p.Limit)
+	q += fmt.Sprintf(` ORDER BY id LIMIT $%d`, len(args))
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	defer rows.Close()
+	var out []intent.Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list tasks: %w", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	return out, nil
+}
+
+// CancelBatch cancels the queued tasks now and asks running ones to stop.
+// The batch row is locked first (FOR UPDATE), so a cancel and a claim or a
+// completion of the same batch's tasks apply their count changes one after
+// the other.
+func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
+	var out intent.Batch
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		b, err := scanBatch(tx.QueryRow(ctx, `SELECT `+batchColumns+` FROM batches WHERE id = $1 AND actor = $2 FOR UPDATE`, id, actor))
+		if err != nil {
+			return interpret(err)
+		}
+		if b.Counts.Queued+b.Counts.Running == 0 {
+			out = b // ended: nothing changes
+			return nil
+		}
+		now := stamp(s.now())
+		tag, err := tx.Exec(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = $1
+			WHERE batch_id = $2 AND state = 'queued'`, now, id)
+		if err != nil {
+			return err
+		}
+		n := tag.RowsAffected()
+		out, err = scanBatch(tx.QueryRow(ctx, `UPDATE batches SET queued = queued - $1, canceled = canceled + $1,
+			cancel_requested = true, updated_at = $2 WHERE id = $3 RETURNING `+batchColumns, n, now, id))
+		return err
+	})
+	if err != nil {
+		if intent.ErrorCode(err) == intent.ENotFound {
+			return intent.Batch{}, err
+		}
+		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
+	}
+	return out, nil
+}
+
+// GetAsset reads one of the actor's assets.
+func (s *Store) GetAsset(ctx context.Context, actor, id string) (intent.Asset, error) {
+	var a intent.Asset
+	err := s.pool.QueryRow(ctx, `SELECT id, actor, task_id, sha256, content_type, size, width, height, created_at
+		FROM assets WHERE id = $1 AND actor = $2`, id, actor).
+		Scan(&a.ID, &a.Actor, &a.TaskID, &a.SHA256, &a.ContentType, &a.Size, &a.Width, &a.Height, &a.CreatedAt)
+	if err != nil {
+		return intent.Asset{}, interpret(err)
+	}
+	a.CreatedAt = a.CreatedAt.UTC()
+	return a, nil
+}
+
+// CreateToken stores a token hash for an actor.
+func (s *Store) CreateToken(ctx context.Context, actor, tokenHash string) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO tokens (hash, actor, created_at) VALUES ($1, $2, $3)`,
+		tokenHash, actor, stamp(s.now()))
+	if err != nil {
+		return fmt.Errorf("create token: %w", interpret(err))
+	}
+	return nil
+}
+
+// ActorForToken returns the actor a token hash belongs to.
+func (s *Store) ActorForToken(ctx context.Context, tokenHash string) (string, error) {
+	var actor string
+	if err := s.pool.QueryRow(ctx, `SELECT actor FROM tokens WHERE hash = $1`, tokenHash).Scan(&actor); err != nil {
+		return "", interpret(err)
+	}
+	return actor, nil
+}
+
+// CountTokens counts stored tokens.
+func (s *Store) CountTokens(ctx context.Context) (int, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM tokens`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count tokens: %w", err)
+	}
+	return n, nil
+}
