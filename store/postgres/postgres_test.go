@@ -1,0 +1,214 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"studio/intent"
+	"studio/migrations"
+	"studio/store"
+	"studio/store/postgres"
+	"studio/store/postgres/pgtest"
+	"studio/store/storetest"
+)
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Eight processes' worth of stores open one new schema at the same moment:
+// every one succeeds, and each migration is applied (and recorded) once.
+func TestConcurrentOpenMigratesOnce(t *testing.T) {
+	t.Parallel()
+	base := pgtest.URL(t)
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	schema := "studio_test_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), base)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			t.Error(err)
+		}
+	})
+
+	const n = 8
+	stores := make([]*postgres.Store, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			stores[i], errs[i] = postgres.Open(testCtx(t), postgres.Config{URL: base, Schema: schema, MaxConns: 2})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("open %d: %v", i, err)
+		}
+		t.Cleanup(func() { stores[i].Close() })
+	}
+	ms, err := migrations.For("postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows, distinct, top int
+	if err := stores[0].Pool().QueryRow(testCtx(t),
+		`SELECT count(*), count(DISTINCT version), COALESCE(max(version), 0) FROM schema_migrations`).Scan(&rows, &distinct, &top); err != nil {
+		t.Fatal(err)
+	}
+	if rows != len(ms) || distinct != len(ms) || top != ms[len(ms)-1].Version {
+		t.Fatalf("schema_migrations: %d rows, %d versions, top %d; want %d, %d, %d",
+			rows, distinct, top, len(ms), len(ms), ms[len(ms)-1].Version)
+	}
+	for i, s := range stores {
+		if err := s.Ping(testCtx(t)); err != nil {
+			t.Fatalf("ping %d: %v", i, err)
+		}
+	}
+}
+
+// The binding goes in first and a second try of the same key waits for the
+// first's transaction. Here the first is held open by hand: when it rolls
+// back, the waiting CreateIntent becomes the owner and creates the tree; when
+// it commits other input, the waiting one answers a conflict; when it commits
+// the same input, a replay.
+func TestCreateIntentWaitsForAnInFlightBinding(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name        string
+		fingerprint string // of the transaction held open
+		commit      bool
+		wantCreated bool
+		wantCode    string
+	}{
+		{"rolled back: the waiter creates", "fp", false, true, ""},
+		{"committed other input: conflict", "fp-other", true, false, intent.EConflict},
+		{"committed the same input: replay", "fp", true, false, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			u, _ := pgtest.Schema(t)
+			s := open(t, u)
+			ctx := testCtx(t)
+
+			held := storetest.Intent(t, "alice", "req", tc.fingerprint, 3)
+			tx, err := s.Pool().Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			var heldPID int32
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&heldPID); err != nil {
+				t.Fatal(err)
+			}
+			b := held.Binding
+			if _, err := tx.Exec(ctx, `INSERT INTO intents (actor, request_id, operation, fingerprint, resource_id, created_at)
+				VALUES ($1, $2, $3, $4, $5, $6)`, b.Actor, b.RequestID, b.Operation, b.Fingerprint, b.ResourceID, b.CreatedAt); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO batches (id, actor, request_id, prompt, spec, task_count, queued, created_at, updated_at)
+				VALUES ($1, $2, $3, 'p', '\x7b7d', 0, 0, now(), now())`, b.ResourceID, b.Actor, b.RequestID); err != nil {
+				t.Fatal(err)
+			}
+
+			type result struct {
+				b       intent.Binding
+				created bool
+				err     error
+			}
+			done := make(chan result, 1)
+			try := storetest.Intent(t, "alice", "req", "fp", 5)
+			go func() {
+				b, c, err := s.CreateIntent(ctx, try)
+				done <- result{b, c, err}
+			}()
+			// The try must be waiting on the held row's lock, not answered.
+			waitForBlocked(t, s, heldPID)
+			select {
+			case r := <-done:
+				t.Fatalf("CreateIntent answered while the binding was in flight: %+v", r)
+			default:
+			}
+			if tc.commit {
+				err = tx.Commit(ctx)
+			} else {
+				err = tx.Rollback(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if got := intent.ErrorCode(r.err); got != tc.wantCode {
+				t.Fatalf("error %v (code %q), want code %q", r.err, got, tc.wantCode)
+			}
+			if r.created != tc.wantCreated {
+				t.Fatalf("created = %v, want %v", r.created, tc.wantCreated)
+			}
+			batches, err := s.ListBatches(ctx, storeList("alice"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(batches) != 1 {
+				t.Fatalf("%d batches, want 1", len(batches))
+			}
+			want := held.Batch.ID
+			if tc.wantCreated {
+				want = try.Batch.ID
+				if batches[0].TaskCount != 5 {
+					t.Fatalf("created batch has %d tasks, want 5", batches[0].TaskCount)
+				}
+			}
+			if batches[0].ID != want {
+				t.Fatalf("the batch is %s, want %s", batches[0].ID, want)
+			}
+			if tc.wantCode == "" && r.b.ResourceID != want {
+				t.Fatalf("the answer names %s, want %s", r.b.ResourceID, want)
+			}
+		})
+	}
+}
+
+// waitForBlocked waits until some backend waits on a lock that the backend
+// pid holds.
+func waitForBlocked(t *testing.T, s *postgres.Store, pid int32) {
+	t.Helper()
+	ctx := testCtx(t)
+	for {
+		var waiting bool
+		err := s.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, pid).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("nothing ever waited for the held transaction")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func storeList(actor string) store.ListParams { return store.ListParams{Actor: actor, Limit: 100} }
