@@ -192,11 +192,10 @@ func readObject(body []byte) ([]member, error) {
 	if err != nil {
 		return nil, syntaxError(err)
 	}
-	if _, err := d.ReadToken(); err != io.EOF {
-		if err == nil {
-			return nil, Errorf(EInvalid, "The request body is not valid JSON: there is data after the JSON object.")
-		}
-		return nil, syntaxError(err)
+	v = v.Clone() // the next read reuses the decoder's buffer
+	end := int(d.InputOffset())
+	if rest := bytes.TrimLeft(body[end:], " \t\r\n"); len(rest) > 0 {
+		return nil, Errorf(EInvalid, "The request body is not valid JSON: there is data after the JSON object (at byte %d).", len(body)-len(rest))
 	}
 	if v.Kind() != '{' {
 		return nil, Errorf(EInvalid, "The request body must be a JSON object, not %s.", kindName(v.Kind()))
@@ -253,15 +252,16 @@ func objectMembers(v jsontext.Value) []member {
 	}
 	var ms []member
 	for d.PeekKind() != '}' {
-		name, err := d.ReadToken()
+		tok, err := d.ReadToken()
 		if err != nil {
 			panic("intent: objectMembers: " + err.Error())
 		}
+		name := tok.String() // before the next read voids tok
 		val, err := d.ReadValue()
 		if err != nil {
 			panic("intent: objectMembers: " + err.Error())
 		}
-		ms = append(ms, member{name: name.String(), value: val.Clone()})
+		ms = append(ms, member{name: name, value: val.Clone()})
 	}
 	return ms
 }
