@@ -1,0 +1,78 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"studio/intent"
+)
+
+// statusOf is the one map from domain error code to HTTP status. Handlers
+// never choose an error status themselves: they return a domain error and
+// Error writes it.
+var statusOf = map[string]int{
+	intent.EInvalid:          http.StatusBadRequest,
+	intent.EUnauthorized:     http.StatusUnauthorized,
+	intent.ENotFound:         http.StatusNotFound,
+	intent.EConflict:         http.StatusConflict,
+	intent.ETooLarge:         http.StatusRequestEntityTooLarge,
+	intent.EUnsupportedMedia: http.StatusUnsupportedMediaType,
+	intent.EUnprocessable:    http.StatusUnprocessableEntity,
+	intent.EUnavailable:      http.StatusServiceUnavailable,
+	intent.EInternal:         http.StatusInternalServerError,
+}
+
+// Problem is an RFC 9457 problem document, the body of every error answer.
+type Problem struct {
+	// Type is "about:blank": the status and title say what went wrong.
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	// Errors lists the fields at fault, for validation errors only.
+	Errors []intent.FieldError `json:"errors,omitempty"`
+}
+
+// Error writes err as an application/problem+json answer. The status comes
+// from the error's domain code (anything that is not an *intent.Error is
+// internal). Internal errors are logged with their details and answered
+// with a generic detail only; other errors are the caller's and are not
+// logged here (the request log line records their status).
+func (s *Server) Error(w http.ResponseWriter, r *http.Request, err error) {
+	code := intent.ErrorCode(err)
+	status, ok := statusOf[code]
+	if !ok {
+		status = http.StatusInternalServerError
+		code = intent.EInternal
+	}
+	detail := intent.ErrorMessage(err)
+	if code == intent.EInternal {
+		detail = "Internal error."
+		level := slog.LevelError
+		if r.Context().Err() != nil && errors.Is(err, context.Canceled) {
+			// The caller went away; nothing is wrong with the server.
+			level = slog.LevelDebug
+		}
+		s.log.LogAttrs(r.Context(), level, "internal error",
+			slog.String("method", r.Method),
+			slog.String("path", r.URL.Path),
+			slog.String("error", err.Error()))
+	}
+	p := Problem{
+		Type:   "about:blank",
+		Title:  http.StatusText(status),
+		Status: status,
+		Detail: detail,
+		Errors: intent.ErrorFields(err),
+	}
+	s.writeProblem(w, r, p)
+}
+
+// writeProblem writes a problem document with its own status. The 405
+// answer, which has no domain code (only the router knows a path exists
+// with other methods), uses it directly.
+func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, p Problem) {
+	writeJSON(w, r, s.log, "application/problem+json", p.Status, p)
+}

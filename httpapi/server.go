@@ -1,0 +1,211 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"studio/intent"
+	"studio/store"
+)
+
+// Generations runs generation intents: intent.Service implements it.
+type Generations interface {
+	CreateGeneration(ctx context.Context, actor, requestID string, in intent.GenerationInput) (intent.GenerationResult, error)
+}
+
+// Blobs opens stored asset bytes by their SHA-256 (lowercase hex). A
+// missing blob is an error: an asset row never exists without its bytes.
+type Blobs interface {
+	Open(ctx context.Context, sha256 string) (io.ReadSeekCloser, error)
+}
+
+// Limits bounds what a request may carry.
+type Limits struct {
+	// GenerationBody is the largest POST /v1/generations body in bytes;
+	// 1 MiB by default.
+	GenerationBody int64
+	// ReadyTimeout bounds the database check of GET /readyz; 2s by default.
+	ReadyTimeout time.Duration
+}
+
+// Default limits.
+const (
+	DefaultGenerationBody = 1 << 20
+	DefaultReadyTimeout   = 2 * time.Second
+)
+
+// Config holds a Server's dependencies.
+type Config struct {
+	// Generations runs POST /v1/generations (required).
+	Generations Generations
+	// Store answers reads, cancels and token look-ups (required).
+	Store store.Store
+	// Blobs serves asset bytes; without it GET /v1/assets/{id}/content
+	// answers 503.
+	Blobs Blobs
+	// Logger receives one line per request and the details of internal
+	// errors; slog.Default() when nil.
+	Logger *slog.Logger
+	// Limits bounds requests; zero fields take their defaults.
+	Limits Limits
+	// Metrics, when set, is served without a token at GET /metrics.
+	Metrics http.Handler
+	// Observe, when set, is called once per request after it was answered
+	// (for metrics). It must be quick and safe for concurrent use.
+	Observe func(RequestRecord)
+}
+
+// RequestRecord describes one answered request: what the request log line
+// says and what Config.Observe receives. It never holds a token or a body.
+type RequestRecord struct {
+	Method string
+	// Route is the matched route pattern ("/v1/batches/{id}"), or "" when
+	// no route matched.
+	Route    string
+	Status   int
+	Duration time.Duration
+	// Actor is the authenticated actor, "" before or without
+	// authentication.
+	Actor string
+	// RequestID is the intent's request id, when the request carried one.
+	RequestID string
+}
+
+// Server is studio's HTTP API.
+type Server struct {
+	gens    Generations
+	store   store.Store
+	blobs   Blobs
+	log     *slog.Logger
+	limits  Limits
+	metrics http.Handler
+	observe func(RequestRecord)
+	router  *chi.Mux
+}
+
+// New returns a Server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Generations == nil {
+		return nil, errors.New("new http api: no generations service")
+	}
+	if cfg.Store == nil {
+		return nil, errors.New("new http api: no store")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Limits.GenerationBody <= 0 {
+		cfg.Limits.GenerationBody = DefaultGenerationBody
+	}
+	if cfg.Limits.ReadyTimeout <= 0 {
+		cfg.Limits.ReadyTimeout = DefaultReadyTimeout
+	}
+	s := &Server{
+		gens:    cfg.Generations,
+		store:   cfg.Store,
+		blobs:   cfg.Blobs,
+		log:     cfg.Logger,
+		limits:  cfg.Limits,
+		metrics: cfg.Metrics,
+		observe: cfg.Observe,
+	}
+	if _, err := openAPIPaths(); err != nil {
+		return nil, fmt.Errorf("new http api: %w", err)
+	}
+	s.router = s.routes()
+	return s, nil
+}
+
+// Handler returns the API's http.Handler.
+func (s *Server) Handler() http.Handler { return s.router }
+
+// routes builds the router. Adding a route is one line here and its entry
+// in openapi.json.
+func (s *Server) routes() *chi.Mux {
+	r := chi.NewRouter()
+	// Set before any route so that every subrouter inherits them.
+	r.NotFound(s.notFound)
+	r.MethodNotAllowed(s.methodNotAllowed)
+	r.Use(s.logRequests, s.recoverPanics, commonHeaders)
+
+	// Operations: no token.
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	r.Get("/openapi.json", s.openAPI)
+	if s.metrics != nil {
+		r.Method(http.MethodGet, "/metrics", s.metrics)
+	}
+
+	// The API: every route, known or not, needs a token first.
+	r.Route("/v1", func(r chi.Router) {
+		r.Use(s.authenticate)
+		r.Post("/generations", s.createGeneration)
+		r.Get("/batches", s.listBatches)
+		r.Get("/batches/{id}", s.getBatch)
+		r.Get("/batches/{id}/tasks", s.listTasks)
+		r.Post("/batches/{id}/cancel", s.cancelBatch)
+		r.Get("/assets/{id}", s.getAsset)
+		r.Get("/assets/{id}/content", s.getAssetContent)
+	})
+	return r
+}
+
+// notFound answers a path no route serves.
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	s.Error(w, r, intent.Errorf(intent.ENotFound, "No route serves %s.", r.URL.Path))
+}
+
+// routeMethods are the methods the 405 answer checks for its Allow header.
+var routeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// methodNotAllowed answers a known path asked with a method it does not
+// serve, with the Allow header RFC 9110 requires.
+func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.Path
+	}
+	for _, m := range routeMethods {
+		if s.router.Match(chi.NewRouteContext(), m, path) {
+			w.Header().Add("Allow", m)
+		}
+	}
+	s.writeProblem(w, r, Problem{
+		Type:   "about:blank",
+		Title:  http.StatusText(http.StatusMethodNotAllowed),
+		Status: http.StatusMethodNotAllowed,
+		Detail: fmt.Sprintf("%s does not serve %s.", r.URL.Path, r.Method),
+	})
+}
+
+// healthz answers while the process lives.
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	s.ok(w, r, http.StatusOK, status{Status: "ok"})
+}
+
+// readyz answers 200 when the database is reachable with every migration
+// applied, 503 otherwise.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.limits.ReadyTimeout)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		// Not an internal error of this request: the database is down or
+		// behind. Log why, answer without the details.
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "not ready", slog.String("error", err.Error()))
+		s.Error(w, r, intent.Errorf(intent.EUnavailable, "The database is not ready."))
+		return
+	}
+	s.ok(w, r, http.StatusOK, status{Status: "ok"})
+}
+
+// status is the body of /healthz and /readyz.
+type status struct {
+	Status string `json:"status"`
+}
