@@ -3,6 +3,7 @@ module studio
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/go-chi/chi/v5 v5.5.0 // indirect
 	github.com/go-json-experiment/json v1.27.2 // indirect

@@ -1,0 +1,168 @@
+// Command studio runs the studio service: an HTTP API that takes large image
+// generation requests and makes them safe to retry, and the workers that
+// carry them out.
+//
+//	studio serve                         the HTTP API plus in-process workers
+//	studio worker                        workers only, on the same database
+//	studio migrate                       apply migrations and exit
+//	studio token create --actor NAME     print a new API token for NAME
+//
+// Run "studio help" or "studio COMMAND -h" for the flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `studio: idempotent image generation batches.
+
+Usage:
+  studio serve    [flags]               HTTP API plus in-process workers
+  studio worker   [flags]               workers only, as a separate process on the same database
+  studio migrate  [flags]               apply database migrations and exit
+  studio token create --actor NAME      print a new API token for NAME
+  studio help                           this text
+
+Every flag has an environment variable (shown in "studio COMMAND -h"); a
+flag on the command line wins over the variable.
+
+With no flags, "studio serve" keeps everything in ./studio-data (SQLite,
+assets, and on first start a token for the actor "local", printed once and
+written to ./studio-data/token), listens on 127.0.0.1:7070 and runs 4
+workers with the embedded generators.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the whole program behind main, testable: it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = runServe(ctx, args[1:], stdout, stderr, modeServe)
+	case "worker":
+		err = runServe(ctx, args[1:], stdout, stderr, modeWorker)
+	case "migrate":
+		err = runMigrate(ctx, args[1:], stdout, stderr)
+	case "token":
+		err = runToken(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "studio: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	default:
+		fmt.Fprintf(stderr, "studio %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+// errUsage reports a command line that could not be parsed; the flag package
+// has already printed why.
+var errUsage = errors.New("usage")
+
+func parse(fs *flag.FlagSet, args []string, applyEnv func() error) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %v\n", fs.Args())
+		return errUsage
+	}
+	return applyEnv()
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, mode string) error {
+	cfg := DefaultConfig()
+	names := []string{"data", "addr", "workers", "lease-ttl", "max-batch-tasks", "max-attempts", "retry-base",
+		"catalog", "database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace"}
+	if mode == modeWorker {
+		names = []string{"data", "concurrency", "lease-ttl", "max-attempts", "retry-base", "catalog",
+			"database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace"}
+	}
+	fs, applyEnv := newFlagSet(mode, &cfg, stderr, names...)
+	if err := parse(fs, args, applyEnv); err != nil {
+		return err
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	m := NewMain(cfg, mode, stdout, stderr)
+	if err := m.Run(ctx); err != nil {
+		m.Close()
+		return err
+	}
+	<-ctx.Done()
+	m.Logger.Info("shutting down", "reason", "signal")
+	return m.Close()
+}
+
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := DefaultConfig()
+	fs, applyEnv := newFlagSet("migrate", &cfg, stderr, "data", "database", "sqlite-synchronous")
+	if err := parse(fs, args, applyEnv); err != nil {
+		return err
+	}
+	s, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	fmt.Fprintln(stdout, "migrations applied")
+	return nil
+}
+
+func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "create" {
+		fmt.Fprint(stderr, "usage: studio token create --actor NAME [--data DIR | --database URL]\n")
+		return errUsage
+	}
+	cfg := DefaultConfig()
+	var actor string
+	fs, applyEnv := newFlagSet("token create", &cfg, stderr, "data", "database", "sqlite-synchronous")
+	fs.StringVar(&actor, "actor", "", "the actor the token acts for (required)")
+	if err := parse(fs, args[1:], applyEnv); err != nil {
+		return err
+	}
+	if err := validateActor(actor); err != nil {
+		return err
+	}
+	s, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	token, err := createToken(ctx, s, actor)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, token)
+	return nil
+}

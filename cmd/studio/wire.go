@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"studio/httpapi"
+	"studio/intent"
+	"studio/locks"
+	"studio/planner"
+)
+
+// deps are the objects a process is wired from: config to objects, nothing
+// more.
+type deps struct {
+	catalog *planner.Static
+	locks   *locks.Engine
+	service *intent.Service
+	handler http.Handler
+}
+
+// build makes the catalog, the lock engine, the intent service and (for
+// serve) the HTTP handler.
+func (m *Main) build(ctx context.Context) (*deps, error) {
+	cfg := m.Config
+	d := &deps{}
+	if cfg.Catalog != "" {
+		c, err := planner.LoadCatalog(cfg.Catalog)
+		if err != nil {
+			return nil, fmt.Errorf("load catalog: %w", err)
+		}
+		d.catalog = c
+	} else {
+		d.catalog = planner.EmbeddedCatalog()
+	}
+	lockStore, err := m.lockStore()
+	if err != nil {
+		return nil, err
+	}
+	d.locks = locks.New(lockStore)
+	m.onClose(func(context.Context) error { return d.locks.Close() })
+
+	p := planner.New(d.catalog)
+	p.MaxTasks = cfg.MaxBatchTasks
+	d.service = &intent.Service{
+		Store:   m.store,
+		Planner: p,
+		Locker:  engineLocker{d.locks},
+	}
+	if m.Mode != modeServe {
+		return d, nil
+	}
+	srv, err := httpapi.New(httpapi.Config{
+		Generations: d.service,
+		Store:       m.store,
+		Blobs:       m.blobs,
+		Logger:      m.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.handler = srv.Handler()
+	return d, nil
+}
+
+// lockStore is the store behind the lock engine: in-process memory, or the
+// database so that locks hold across every process sharing it.
+func (m *Main) lockStore() (locks.Store, error) {
+	switch m.Config.lockStore() {
+	case "memory":
+		return locks.NewMemoryStore(), nil
+	default:
+		return nil, fmt.Errorf("--lock-store db is not available for this database yet")
+	}
+}
+
+// engineLocker adapts the lock engine to the intent service's Locker port.
+type engineLocker struct{ e *locks.Engine }
+
+func (l engineLocker) Hold(ctx context.Context, key string, fn func(context.Context) error) error {
+	return l.e.Hold(ctx, key, func(ctx context.Context, _ *locks.Lease) error { return fn(ctx) })
+}
+
+// startWorkers starts the workers of this process (none yet).
+func (m *Main) startWorkers(ctx context.Context, d *deps) error { return nil }
