@@ -1,0 +1,2 @@
+// Package locks is studio's locks engine.
+package locks
