@@ -148,7 +148,7 @@ func (c *canvas) polyline(pts []pt, wd float64, col rgb, a float64) {
 			continue
 		}
 		q := pts[i-1]
-		n := int(math.Ceil(math.Sqrt((p.x-q.x)*(p.x-q.x) + (p.y-q.y)*(p.y-q.y)) / piece))
+		n := int(math.Ceil(math.Sqrt((p.x-q.x)*(p.x-q.x)+(p.y-q.y)*(p.y-q.y)) / piece))
 		for k := 1; k <= n; k++ {
 			t := float64(k) / float64(n)
 			pieces = append(pieces, pt{q.x + (p.x-q.x)*t, q.y + (p.y-q.y)*t})
@@ -319,7 +319,7 @@ func renderMosaic(img *image.RGBA, d digest) {
 			var v float64
 			switch motif {
 			case 0: // rings
-				v = math.Sqrt(mx*mx + my*my) * freq
+				v = math.Sqrt(mx*mx+my*my) * freq
 			case 1: // bands
 				v = (mx*math.Cos(ang) + my*math.Sin(ang)) * freq
 			default: // diamond
