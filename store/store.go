@@ -38,6 +38,10 @@ type Store interface {
 	ActorForToken(ctx context.Context, tokenHash string) (string, error)
 	// CountTokens counts the stored tokens.
 	CountTokens(ctx context.Context) (int, error)
+	// CreateTokenIfNone stores the token hash for the actor only if the
+	// store holds no token at all, atomically: of processes starting at
+	// once on an empty database exactly one creates the first token.
+	CreateTokenIfNone(ctx context.Context, actor, tokenHash string) (created bool, err error)
 
 	// Ping checks that the database answers and its migrations are applied.
 	Ping(ctx context.Context) error

@@ -183,25 +183,29 @@ func openStore(ctx context.Context, cfg Config) (store.Store, error) {
 }
 
 // ensureFirstToken creates a token for the actor "local" when the store has
-// none at all, writes it to DATA/token (0600) and prints it once.
+// none at all, writes it to DATA/token (0600) and prints it once. Of
+// processes starting at once on one empty database, one creates it.
 func (m *Main) ensureFirstToken(ctx context.Context) error {
 	n, err := m.store.CountTokens(ctx)
+	if err != nil || n > 0 {
+		return err
+	}
+	token, err := httpapi.NewToken()
 	if err != nil {
 		return err
 	}
-	if n > 0 {
-		return nil
-	}
-	if err := os.MkdirAll(m.Config.Data, 0o755); err != nil {
-		return fmt.Errorf("create data directory: %w", err)
-	}
-	token, err := createToken(ctx, m.store, "local")
-	if err != nil {
+	created, err := m.store.CreateTokenIfNone(ctx, "local", httpapi.HashToken(token))
+	if err != nil || !created {
 		return err
 	}
 	path := filepath.Join(m.Config.Data, "token")
+	if err := os.MkdirAll(m.Config.Data, 0o755); err != nil {
+		return fmt.Errorf("create data directory: %w", err)
+	}
 	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
-		return fmt.Errorf("write token file: %w", err)
+		// The token is stored (hashed) and printed below; only the file
+		// copy is missing.
+		m.Logger.Error("could not write the token file", "file", path, "err", err)
 	}
 	fmt.Fprintf(m.Stdout, "Created a token for the actor \"local\" (also in %s; shown only now):\n%s\n", path, token)
 	m.Logger.Info("created the first token", "actor", "local", "file", path)

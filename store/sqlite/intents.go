@@ -295,3 +295,18 @@ func (s *Store) CountTokens(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// CreateTokenIfNone stores the first token; the IMMEDIATE transaction makes
+// the count and the insert one step.
+func (s *Store) CreateTokenIfNone(ctx context.Context, actor, tokenHash string) (bool, error) {
+	res, err := s.write.ExecContext(ctx, `INSERT INTO tokens (hash, actor, created_at)
+		SELECT ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM tokens)`, tokenHash, actor, ms(s.now()))
+	if err != nil {
+		return false, fmt.Errorf("create first token: %w", interpret(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("create first token: %w", err)
+	}
+	return n == 1, nil
+}

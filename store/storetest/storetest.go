@@ -41,6 +41,7 @@ func Run(t *testing.T, h Harness) {
 		{"ListTasksPagesAndFilters", testListTasks},
 		{"Cancel", testCancel},
 		{"Tokens", testTokens},
+		{"FirstTokenOnce", testFirstTokenOnce},
 		{"AssetsNotFound", testAssetNotFound},
 		{"Ping", testPing},
 		{"LargestTree", testLargestTree},
@@ -445,5 +446,43 @@ func testLargestTree(t *testing.T, h Harness) {
 	b, err := s.GetBatch(ctx(t), "alice", in.Batch.ID)
 	if err != nil || b.TaskCount != 600 || b.Counts.Queued != 600 {
 		t.Fatalf("batch = %+v, %v", b, err)
+	}
+}
+
+func testFirstTokenOnce(t *testing.T, h Harness) {
+	s := h.New(t)
+	stores := []store.Store{s}
+	if h.Twin != nil {
+		stores = append(stores, h.Twin(t, s))
+	}
+	const n = 16
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	created := 0
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ok, err := stores[i%len(stores)].CreateTokenIfNone(context.Background(), "local", fmt.Sprintf("hash-%d", i))
+			if err != nil {
+				t.Errorf("try %d: %v", i, err)
+				return
+			}
+			if ok {
+				mu.Lock()
+				created++
+				mu.Unlock()
+			}
+		}(i)
+	}
+	wg.Wait()
+	if created != 1 {
+		t.Fatalf("%d racing first-token tries created %d, want 1", n, created)
+	}
+	if c, err := s.CountTokens(ctx(t)); err != nil || c != 1 {
+		t.Fatalf("CountTokens = %d, %v", c, err)
+	}
+	if ok, err := s.CreateTokenIfNone(ctx(t), "local", "hash-late"); err != nil || ok {
+		t.Fatalf("a later first-token try: created=%v err=%v", ok, err)
 	}
 }
