@@ -17,24 +17,24 @@ import (
 
 // Limits of the generation input (API.md, POST /v1/generations).
 const (
-	MaxPromptLen     = 2000
-	MaxSets          = 20
-	MaxCollectionLen = 100
-	MaxFrames        = 60
-	MaxFrameLen      = 100
-	MaxProviders     = 8
-	MinCandidates    = 1
-	MaxCandidates    = 10
-	MaxSubjects      = 20
-	MaxSeed          = 1<<53 - 1
-	MaxParamsBytes   = 16 << 10 // of the canonical JSON
+	MaxPromptLen     = 2000      // code points
+	MaxSets          = 20        // sets per request
+	MaxCollectionLen = 100       // code points
+	MaxFrames        = 60        // frames per set
+	MaxFrameLen      = 100       // code points
+	MaxProviders     = 8         // providers per request
+	MinCandidates    = 1         // per frame per provider
+	MaxCandidates    = 10        // per frame per provider
+	MaxSubjects      = 20        // subjects per request
+	MaxSeed          = 1<<53 - 1 // the largest integer a double holds exactly
+	MaxParamsBytes   = 16 << 10  // of params as canonical JSON
 )
 
 // Limits and values of the publication input.
 const (
-	MaxPublicationAssets = 600
-	ChannelGallery       = "gallery"
-	ChannelWebhook       = "webhook"
+	MaxPublicationAssets = 600       // asset ids per publication
+	ChannelGallery       = "gallery" // the default channel
+	ChannelWebhook       = "webhook" // the other channel
 )
 
 // MaxFieldErrors caps the field errors one answer lists.
@@ -43,76 +43,70 @@ const MaxFieldErrors = 50
 // invalidBodyMessage is the message of every validation error with fields.
 const invalidBodyMessage = "The request body is invalid."
 
-// Default values of the generation input.
-var (
-	defaultProviders = []string{"auto"}
-	defaultParams    = jsontext.Value("{}")
-)
-
 // DecodeGeneration strictly decodes and validates a POST /v1/generations body.
 // It returns the body's request_id and whether the body had one (a null
 // request_id counts as none), and the normalized input: every default applied
-// and params in canonical form. The request id itself is checked like every
-// other field, but whether one is required is ResolveRequestID's call (the
-// header may carry it).
+// and params in canonical form. A request_id in the body is checked like every
+// other field; whether one is required is ResolveRequestID's call (the header
+// may carry it).
 //
 // The body must be one JSON object with nothing after it but whitespace, of
 // valid UTF-8, without duplicate member names, without unknown members
 // (names are case-sensitive) and with every field of its type. A null
-// optional field means "absent": its default applies. A null prompt or sets
-// is "required". All field errors found are returned together, in a stable
-// order (the fields' order in the contract, unknown fields last by name), in
-// one *Error with code EInvalid.
+// optional field means "absent": its default applies; a null prompt or sets
+// is "required". Every field error found is returned, together, in one
+// *Error with code EInvalid, in an order that does not depend on the order of
+// the keys: in each object its unknown members first (by name), then its
+// fields in the order of the contract, array elements by index.
 func DecodeGeneration(body []byte) (requestID string, requestIDSet bool, in GenerationInput, err error) {
-	members, err := readObject(body)
+	var c checker
+	m, err := c.body(body, "request_id", "prompt", "sets", "providers", "candidates", "subjects", "seed", "params")
 	if err != nil {
 		return "", false, GenerationInput{}, err
 	}
-	var fe fieldErrors
-	m := fe.known("", members, "request_id", "prompt", "sets", "providers", "candidates", "subjects", "seed", "params")
 
-	requestID, requestIDSet = decodeRequestID(&fe, m["request_id"])
+	requestID, requestIDSet = c.requestID(m["request_id"])
 
-	if s, ok := fe.requiredString("prompt", m["prompt"]); ok {
-		fe.length("prompt", s, 1, MaxPromptLen)
+	if s, ok := c.requiredString("prompt", m["prompt"]); ok {
+		c.length("prompt", s, 1, MaxPromptLen)
 		in.Prompt = s
 	}
 
-	if items, ok := fe.array("sets", m["sets"], true); ok {
-		fe.count("sets", len(items), 1, MaxSets, "sets")
+	if items, ok := c.array("sets", m["sets"], true); ok {
+		c.count("sets", len(items), 1, MaxSets, "sets")
 		in.Sets = make([]FrameSet, len(items))
 		for i, item := range items {
-			in.Sets[i] = fe.frameSet(fmt.Sprintf("sets[%d]", i), item)
+			in.Sets[i] = c.frameSet("sets", i, item)
 		}
 	}
 
-	in.Providers = defaultProviders
-	if items, ok := fe.array("providers", m["providers"], false); ok {
-		fe.count("providers", len(items), 1, MaxProviders, "providers")
-		in.Providers = fe.distinctStrings("providers", items, 1, 0)
+	in.Providers = []string{"auto"}
+	if items, ok := c.array("providers", m["providers"], false); ok {
+		c.count("providers", len(items), 1, MaxProviders, "providers")
+		in.Providers = c.distinctStrings("providers", items, 1, 0)
 	}
 
 	in.Candidates = 1
-	if n, ok := fe.integer("candidates", m["candidates"], MinCandidates, MaxCandidates); ok {
+	if n, ok := c.integer("candidates", m["candidates"], MinCandidates, MaxCandidates); ok {
 		in.Candidates = int(n)
 	}
 
 	in.Subjects = []string{}
-	if items, ok := fe.array("subjects", m["subjects"], false); ok {
-		fe.count("subjects", len(items), 0, MaxSubjects, "subjects")
-		in.Subjects = fe.distinctStrings("subjects", items, 1, 0)
+	if items, ok := c.array("subjects", m["subjects"], false); ok {
+		c.count("subjects", len(items), 0, MaxSubjects, "subjects")
+		in.Subjects = c.distinctStrings("subjects", items, 1, 0)
 	}
 
-	if n, ok := fe.integer("seed", m["seed"], 0, MaxSeed); ok {
+	if n, ok := c.integer("seed", m["seed"], 0, MaxSeed); ok {
 		in.Seed = &n
 	}
 
-	in.Params = defaultParams
-	if p, ok := fe.params("params", m["params"]); ok {
+	in.Params = jsontext.Value("{}")
+	if p, ok := c.params("params", m["params"]); ok {
 		in.Params = p
 	}
 
-	if err := fe.err(); err != nil {
+	if err := c.err(); err != nil {
 		return "", false, GenerationInput{}, err
 	}
 	return requestID, requestIDSet, in, nil
@@ -122,85 +116,111 @@ func DecodeGeneration(body []byte) (requestID string, requestIDSet bool, in Gene
 // body: {request_id, batch_id, asset_ids, channel}. batch_id is a UUID;
 // asset_ids are 1..600 distinct UUIDs; channel is "gallery" (the default) or
 // "webhook". UUIDs must be in their 36-character hyphenated form and come
-// back in lowercase. The rules of strictness, null and errors are those of
-// DecodeGeneration.
+// back in lowercase. Strictness, null and errors are as in DecodeGeneration.
 func DecodePublication(body []byte) (requestID string, requestIDSet bool, in PublicationInput, err error) {
-	members, err := readObject(body)
+	var c checker
+	m, err := c.body(body, "request_id", "batch_id", "asset_ids", "channel")
 	if err != nil {
 		return "", false, PublicationInput{}, err
 	}
-	var fe fieldErrors
-	m := fe.known("", members, "request_id", "batch_id", "asset_ids", "channel")
 
-	requestID, requestIDSet = decodeRequestID(&fe, m["request_id"])
+	requestID, requestIDSet = c.requestID(m["request_id"])
 
-	if s, ok := fe.requiredString("batch_id", m["batch_id"]); ok {
-		in.BatchID = fe.uuid("batch_id", s)
+	if s, ok := c.requiredString("batch_id", m["batch_id"]); ok {
+		in.BatchID = c.uuid("batch_id", s)
 	}
 
-	if items, ok := fe.array("asset_ids", m["asset_ids"], true); ok {
-		fe.count("asset_ids", len(items), 1, MaxPublicationAssets, "ids")
-		ids := make([]jsontext.Value, len(items))
+	if items, ok := c.array("asset_ids", m["asset_ids"], true); ok {
+		c.count("asset_ids", len(items), 1, MaxPublicationAssets, "ids")
 		in.AssetIDs = make([]string, len(items))
+		isString := make([]bool, len(items))
 		for i, item := range items {
-			path := fmt.Sprintf("asset_ids[%d]", i)
-			if s, ok := fe.str(path, item); ok {
-				in.AssetIDs[i] = fe.uuid(path, s)
-				ids[i] = jsontext.Value(strconv.Quote(in.AssetIDs[i]))
+			s, problem := stringValue(item)
+			if problem != "" {
+				c.add(index("asset_ids", i), problem)
+				continue
 			}
+			in.AssetIDs[i], isString[i] = c.uuid(index("asset_ids", i), s), true
 		}
-		fe.duplicates("asset_ids", in.AssetIDs, ids)
+		c.duplicates("asset_ids", in.AssetIDs, isString)
 	}
 
 	in.Channel = ChannelGallery
-	if s, ok := fe.optionalString("channel", m["channel"]); ok {
+	if s, ok := c.optionalString("channel", m["channel"]); ok {
 		if s != ChannelGallery && s != ChannelWebhook {
-			fe.add("channel", `must be "gallery" or "webhook"`)
+			c.add("channel", `must be "gallery" or "webhook"`)
 		}
 		in.Channel = s
 	}
 
-	if err := fe.err(); err != nil {
+	if err := c.err(); err != nil {
 		return "", false, PublicationInput{}, err
 	}
 	return requestID, requestIDSet, in, nil
 }
 
-// decodeRequestID reads the optional request_id member.
-func decodeRequestID(fe *fieldErrors, v jsontext.Value) (string, bool) {
-	s, ok := fe.optionalString("request_id", v)
-	if !ok {
-		return "", false
-	}
-	if p := requestIDProblem(s); p != "" {
-		fe.add("request_id", "%s", p)
-	}
-	return s, true
+// checker reads the parts of one body and collects what is wrong with them.
+type checker struct {
+	list    []FieldError
+	dropped int
+	// rd and dec split objects and arrays; reused for every one.
+	rd  bytes.Reader
+	dec jsontext.Decoder
 }
 
-// member is one member of a JSON object, in the order of the document.
-type member struct {
-	name  string
-	value jsontext.Value
+// add records one field error.
+func (c *checker) add(field, message string) {
+	if len(c.list) >= MaxFieldErrors {
+		c.dropped++
+		return
+	}
+	c.list = append(c.list, FieldError{Field: field, Message: message})
 }
 
-// readObject parses body as exactly one JSON object, with the strict defaults
-// of jsontext (valid UTF-8, no duplicate names), and returns its members.
-func readObject(body []byte) ([]member, error) {
-	d := jsontext.NewDecoder(bytes.NewReader(body))
-	v, err := d.ReadValue()
+// err returns the collected errors as one *Error, or nil.
+func (c *checker) err() error {
+	if len(c.list) == 0 {
+		return nil
+	}
+	msg := invalidBodyMessage
+	if c.dropped > 0 {
+		msg = fmt.Sprintf("The request body is invalid (%d more problems not listed).", c.dropped)
+	}
+	return &Error{Code: EInvalid, Message: msg, Fields: c.list}
+}
+
+// join appends a member name to a path.
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// index appends an array index to a path.
+func index(path string, i int) string {
+	return path + "[" + strconv.Itoa(i) + "]"
+}
+
+// body parses body as exactly one JSON object, with the strict defaults of
+// jsontext (valid UTF-8, no duplicate names), and returns its known members
+// by name, having reported the unknown ones.
+func (c *checker) body(body []byte, names ...string) (map[string]jsontext.Value, error) {
+	c.rd.Reset(body)
+	c.dec.Reset(&c.rd)
+	v, err := c.dec.ReadValue()
 	if err != nil {
 		return nil, syntaxError(err)
 	}
-	v = v.Clone() // the next read reuses the decoder's buffer
-	end := int(d.InputOffset())
+	end := int(c.dec.InputOffset())
+	v = body[end-len(v) : end] // the caller's bytes: the next read reuses the decoder's
 	if rest := bytes.TrimLeft(body[end:], " \t\r\n"); len(rest) > 0 {
 		return nil, Errorf(EInvalid, "The request body is not valid JSON: there is data after the JSON object (at byte %d).", len(body)-len(rest))
 	}
 	if v.Kind() != '{' {
 		return nil, Errorf(EInvalid, "The request body must be a JSON object, not %s.", kindName(v.Kind()))
 	}
-	return objectMembers(v), nil
+	return c.object("", v, names), nil
 }
 
 // syntaxError turns a jsontext error into a 400 that says where it is.
@@ -218,11 +238,11 @@ func syntaxError(err error) error {
 		}}}
 	}
 	detail := "syntax error"
-	if se.Err != nil {
-		detail = strings.TrimPrefix(se.Err.Error(), "jsontext: ")
-	}
-	if errors.Is(se.Err, io.ErrUnexpectedEOF) {
+	switch {
+	case errors.Is(se.Err, io.ErrUnexpectedEOF):
 		detail = "it ends too early"
+	case se.Err != nil:
+		detail = strings.TrimPrefix(se.Err.Error(), "jsontext: ")
 	}
 	return Errorf(EInvalid, "The request body is not valid JSON: %s (at byte %d).", detail, se.ByteOffset)
 }
@@ -244,41 +264,63 @@ func pointerPath(p jsontext.Pointer) string {
 	return b.String()
 }
 
-// objectMembers splits a valid JSON object into its members.
-func objectMembers(v jsontext.Value) []member {
-	d := jsontext.NewDecoder(bytes.NewReader(v))
-	if _, err := d.ReadToken(); err != nil {
-		panic("intent: objectMembers: " + err.Error())
+// object splits a valid JSON object, maps its members by name and reports
+// every member not in names as unknown, at once and sorted by name, so the
+// order of the errors never depends on the order of the keys.
+func (c *checker) object(path string, v jsontext.Value, names []string) map[string]jsontext.Value {
+	c.rd.Reset(v)
+	c.dec.Reset(&c.rd)
+	if _, err := c.dec.ReadToken(); err != nil {
+		panic("intent: split a valid object: " + err.Error())
 	}
-	var ms []member
-	for d.PeekKind() != '}' {
-		tok, err := d.ReadToken()
+	m := make(map[string]jsontext.Value, len(names))
+	var unknown []string
+	for c.dec.PeekKind() != '}' {
+		tok, err := c.dec.ReadToken()
 		if err != nil {
-			panic("intent: objectMembers: " + err.Error())
+			panic("intent: split a valid object: " + err.Error())
 		}
 		name := tok.String() // before the next read voids tok
-		val, err := d.ReadValue()
+		val, err := c.dec.ReadValue()
 		if err != nil {
-			panic("intent: objectMembers: " + err.Error())
+			panic("intent: split a valid object: " + err.Error())
 		}
-		ms = append(ms, member{name: name, value: val.Clone()})
+		end := int(c.dec.InputOffset())
+		if slices.Contains(names, name) {
+			m[name] = v[end-len(val) : end]
+		} else {
+			unknown = append(unknown, name)
+		}
 	}
-	return ms
+	slices.Sort(unknown)
+	for _, u := range unknown {
+		msg := "is not a known field"
+		for _, n := range names {
+			if strings.EqualFold(u, n) {
+				msg = fmt.Sprintf("is not a known field (names are case-sensitive: did you mean %q?)", n)
+				break
+			}
+		}
+		c.add(join(path, u), msg)
+	}
+	return m
 }
 
-// arrayElements splits a valid JSON array into its elements.
-func arrayElements(v jsontext.Value) []jsontext.Value {
-	d := jsontext.NewDecoder(bytes.NewReader(v))
-	if _, err := d.ReadToken(); err != nil {
-		panic("intent: arrayElements: " + err.Error())
+// elements splits a valid JSON array into its elements.
+func (c *checker) elements(v jsontext.Value) []jsontext.Value {
+	c.rd.Reset(v)
+	c.dec.Reset(&c.rd)
+	if _, err := c.dec.ReadToken(); err != nil {
+		panic("intent: split a valid array: " + err.Error())
 	}
 	elems := []jsontext.Value{}
-	for d.PeekKind() != ']' {
-		val, err := d.ReadValue()
+	for c.dec.PeekKind() != ']' {
+		val, err := c.dec.ReadValue()
 		if err != nil {
-			panic("intent: arrayElements: " + err.Error())
+			panic("intent: split a valid array: " + err.Error())
 		}
-		elems = append(elems, val.Clone())
+		end := int(c.dec.InputOffset())
+		elems = append(elems, v[end-len(val):end])
 	}
 	return elems
 }
@@ -302,251 +344,230 @@ func kindName(k jsontext.Kind) string {
 	return "invalid"
 }
 
-// fieldErrors collects the field errors of one body.
-type fieldErrors struct {
-	list    []FieldError
-	dropped int
+// absent reports a member that is missing or null.
+func absent(v jsontext.Value) bool { return v == nil || v.Kind() == 'n' }
+
+// typeProblem says that v is not of the wanted type.
+func typeProblem(want string, v jsontext.Value) string {
+	return "must be " + want + ", not " + kindName(v.Kind())
 }
 
-// add records one field error.
-func (fe *fieldErrors) add(field, format string, args ...any) {
-	if len(fe.list) >= MaxFieldErrors {
-		fe.dropped++
-		return
-	}
-	fe.list = append(fe.list, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
-}
-
-// err returns the collected errors as one *Error, or nil.
-func (fe *fieldErrors) err() error {
-	if len(fe.list) == 0 {
-		return nil
-	}
-	msg := invalidBodyMessage
-	if fe.dropped > 0 {
-		msg = fmt.Sprintf("The request body is invalid (%d more problems not listed).", fe.dropped)
-	}
-	return &Error{Code: EInvalid, Message: msg, Fields: fe.list}
-}
-
-// join appends a member name to a path.
-func join(path, name string) string {
-	if path == "" {
-		return name
-	}
-	return path + "." + name
-}
-
-// known maps the members of an object by name and reports every member not
-// in names as unknown, at once and sorted by name, so the order of the
-// errors never depends on the order of the keys: in each object the unknown
-// members come first, then its fields in the order of the contract.
-func (fe *fieldErrors) known(path string, members []member, names ...string) map[string]jsontext.Value {
-	m := make(map[string]jsontext.Value, len(members))
-	var unknown []string
-	for _, mb := range members {
-		if slices.Contains(names, mb.name) {
-			m[mb.name] = mb.value
-		} else {
-			unknown = append(unknown, mb.name)
-		}
-	}
-	slices.Sort(unknown)
-	for _, u := range unknown {
-		msg := "is not a known field"
-		for _, n := range names {
-			if strings.EqualFold(u, n) {
-				msg = fmt.Sprintf("is not a known field (names are case-sensitive: did you mean %q?)", n)
-				break
-			}
-		}
-		fe.add(join(path, u), "%s", msg)
-	}
-	return m
-}
-
-// typeError reports a value of the wrong JSON type.
-func (fe *fieldErrors) typeError(path, want string, v jsontext.Value) {
-	fe.add(path, "must be %s, not %s", want, kindName(v.Kind()))
-}
-
-// str reads a JSON string that must be there and not null.
-func (fe *fieldErrors) str(path string, v jsontext.Value) (string, bool) {
+// stringValue reads a valid JSON value that must be a string.
+func stringValue(v jsontext.Value) (s, problem string) {
 	if v.Kind() != '"' {
-		fe.typeError(path, "a string", v)
-		return "", false
+		return "", typeProblem("a string", v)
+	}
+	if bytes.IndexByte(v, '\\') < 0 {
+		return string(v[1 : len(v)-1]), "" // no escapes: the bytes are the string
 	}
 	b, err := jsontext.AppendUnquote(nil, v)
 	if err != nil {
-		fe.add(path, "must be a valid string")
-		return "", false
+		return "", "must be a valid string"
 	}
-	return string(b), true
+	return string(b), ""
 }
 
-// requiredString reads a required string member: absent or null is "is
-// required".
-func (fe *fieldErrors) requiredString(path string, v jsontext.Value) (string, bool) {
-	if v == nil || v.Kind() == 'n' {
-		fe.add(path, "is required")
+// requestID reads the optional request_id member.
+func (c *checker) requestID(v jsontext.Value) (string, bool) {
+	s, ok := c.optionalString("request_id", v)
+	if !ok {
 		return "", false
 	}
-	return fe.str(path, v)
+	if p := requestIDProblem(s); p != "" {
+		c.add("request_id", p)
+	}
+	return s, true
+}
+
+// requiredString reads a required string member: absent or null "is
+// required".
+func (c *checker) requiredString(path string, v jsontext.Value) (string, bool) {
+	if absent(v) {
+		c.add(path, "is required")
+		return "", false
+	}
+	s, problem := stringValue(v)
+	if problem != "" {
+		c.add(path, problem)
+		return "", false
+	}
+	return s, true
 }
 
 // optionalString reads an optional string member: absent or null gives ok
 // false and no error.
-func (fe *fieldErrors) optionalString(path string, v jsontext.Value) (string, bool) {
-	if v == nil || v.Kind() == 'n' {
+func (c *checker) optionalString(path string, v jsontext.Value) (string, bool) {
+	if absent(v) {
 		return "", false
 	}
-	return fe.str(path, v)
+	s, problem := stringValue(v)
+	if problem != "" {
+		c.add(path, problem)
+		return "", false
+	}
+	return s, true
 }
 
-// array reads an array member. Absent or null is "is required" when
-// required, else ok false with no error.
-func (fe *fieldErrors) array(path string, v jsontext.Value, required bool) ([]jsontext.Value, bool) {
-	if v == nil || v.Kind() == 'n' {
+// array reads an array member. Absent or null "is required" when required,
+// else gives ok false with no error.
+func (c *checker) array(path string, v jsontext.Value, required bool) ([]jsontext.Value, bool) {
+	if absent(v) {
 		if required {
-			fe.add(path, "is required")
+			c.add(path, "is required")
 		}
 		return nil, false
 	}
 	if v.Kind() != '[' {
-		fe.typeError(path, "an array", v)
+		c.add(path, typeProblem("an array", v))
 		return nil, false
 	}
-	return arrayElements(v), true
+	return c.elements(v), true
+}
+
+// lengthProblem says whether s has min..max code points (max 0: no limit).
+func lengthProblem(s string, min, max int) string {
+	if s == "" && min > 0 {
+		return "must not be empty"
+	}
+	if n := utf8.RuneCountInString(s); n < min || (max > 0 && n > max) {
+		return fmt.Sprintf("must have %d to %d characters (has %d)", min, max, n)
+	}
+	return ""
 }
 
 // length checks that s has min..max code points.
-func (fe *fieldErrors) length(path, s string, min, max int) {
-	n := utf8.RuneCountInString(s)
-	switch {
-	case n < min && min == 1:
-		fe.add(path, "must not be empty")
-	case n < min || n > max:
-		fe.add(path, "must have %d to %d characters (has %d)", min, max, n)
+func (c *checker) length(path, s string, min, max int) {
+	if p := lengthProblem(s, min, max); p != "" {
+		c.add(path, p)
 	}
 }
 
 // count checks the number of elements of an array.
-func (fe *fieldErrors) count(path string, n, min, max int, what string) {
+func (c *checker) count(path string, n, min, max int, what string) {
 	if n < min || n > max {
-		fe.add(path, "must have %d to %d %s (has %d)", min, max, what, n)
+		c.add(path, fmt.Sprintf("must have %d to %d %s (has %d)", min, max, what, n))
 	}
 }
 
 // distinctStrings reads an array of strings of minLen..maxLen code points
 // (maxLen 0: no upper limit) that must all differ.
-func (fe *fieldErrors) distinctStrings(path string, items []jsontext.Value, minLen, maxLen int) []string {
+func (c *checker) distinctStrings(path string, items []jsontext.Value, minLen, maxLen int) []string {
 	out := make([]string, len(items))
+	isString := make([]bool, len(items))
 	for i, item := range items {
-		p := fmt.Sprintf("%s[%d]", path, i)
-		s, ok := fe.str(p, item)
-		if !ok {
-			continue
+		s, problem := stringValue(item)
+		if problem == "" {
+			out[i], isString[i] = s, true
+			problem = lengthProblem(s, minLen, maxLen)
 		}
-		if maxLen > 0 {
-			fe.length(p, s, minLen, maxLen)
-		} else if s == "" && minLen > 0 {
-			fe.add(p, "must not be empty")
+		if problem != "" {
+			c.add(index(path, i), problem)
 		}
-		out[i] = s
 	}
-	fe.duplicates(path, out, items)
+	c.duplicates(path, out, isString)
 	return out
 }
 
-// duplicates reports every element of values equal to an earlier one. Only
-// elements that were strings (items[i].Kind() == '"') take part.
-func (fe *fieldErrors) duplicates(path string, values []string, items []jsontext.Value) {
+// duplicates reports every string of values equal to an earlier one; only
+// the elements that were strings take part.
+func (c *checker) duplicates(path string, values []string, isString []bool) {
+	report := func(i, j int) {
+		c.add(index(path, i), "repeats "+index(path, j)+"; values must be distinct")
+	}
+	if len(values) <= 16 { // a map costs more than this for short lists
+		for i := range values {
+			for j := range i {
+				if isString[i] && isString[j] && values[i] == values[j] {
+					report(i, j)
+					break
+				}
+			}
+		}
+		return
+	}
 	first := make(map[string]int, len(values))
 	for i, s := range values {
-		if items[i] == nil || items[i].Kind() != '"' {
+		if !isString[i] {
 			continue
 		}
 		if j, ok := first[s]; ok {
-			fe.add(fmt.Sprintf("%s[%d]", path, i), "repeats %s[%d]; values must be distinct", path, j)
+			report(i, j)
 			continue
 		}
 		first[s] = i
 	}
 }
 
-// frameSet reads one element of sets.
-func (fe *fieldErrors) frameSet(path string, v jsontext.Value) FrameSet {
+// frameSet reads element i of sets.
+func (c *checker) frameSet(setsPath string, i int, v jsontext.Value) FrameSet {
 	var fs FrameSet
+	path := index(setsPath, i)
 	if v.Kind() != '{' {
-		fe.typeError(path, "an object", v)
+		c.add(path, typeProblem("an object", v))
 		return fs
 	}
-	m := fe.known(path, objectMembers(v), "collection", "frames")
-	if s, ok := fe.requiredString(join(path, "collection"), m["collection"]); ok {
-		fe.length(join(path, "collection"), s, 1, MaxCollectionLen)
+	m := c.object(path, v, []string{"collection", "frames"})
+	if s, ok := c.requiredString(join(path, "collection"), m["collection"]); ok {
+		c.length(join(path, "collection"), s, 1, MaxCollectionLen)
 		fs.Collection = s
 	}
-	fp := join(path, "frames")
-	if items, ok := fe.array(fp, m["frames"], true); ok {
-		fe.count(fp, len(items), 1, MaxFrames, "frames")
-		fs.Frames = fe.distinctStrings(fp, items, 1, MaxFrameLen)
+	framesPath := join(path, "frames")
+	if items, ok := c.array(framesPath, m["frames"], true); ok {
+		c.count(framesPath, len(items), 1, MaxFrames, "frames")
+		fs.Frames = c.distinctStrings(framesPath, items, 1, MaxFrameLen)
 	}
 	return fs
 }
 
 // integer reads an optional integer member in min..max. Absent or null gives
-// ok false with no error. Any JSON number whose value as a double is an
-// integer counts, so 3, 3.0 and 3e0 are all 3 (RFC 8785 writes each as 3).
-func (fe *fieldErrors) integer(path string, v jsontext.Value, min, max int64) (int64, bool) {
-	if v == nil || v.Kind() == 'n' {
+// ok false with no error. A JSON number counts as an integer when its value
+// as a double is one, so 3, 3.0 and 3e0 are all 3: RFC 8785 writes each as 3,
+// and validity, like the fingerprint, depends only on the canonical form.
+func (c *checker) integer(path string, v jsontext.Value, min, max int64) (int64, bool) {
+	if absent(v) {
 		return 0, false
 	}
 	if v.Kind() != '0' {
-		fe.typeError(path, "an integer", v)
+		c.add(path, typeProblem("an integer", v))
 		return 0, false
 	}
 	f, err := strconv.ParseFloat(string(v), 64)
-	switch {
-	case err != nil || f != math.Trunc(f):
-		fe.add(path, "must be an integer from %d to %d", min, max)
-		return 0, false
-	case f < float64(min) || f > float64(max):
-		fe.add(path, "must be from %d to %d", min, max)
+	if err != nil || f != math.Trunc(f) || f < float64(min) || f > float64(max) {
+		c.add(path, fmt.Sprintf("must be an integer from %d to %d", min, max))
 		return 0, false
 	}
 	return int64(f), true
 }
 
 // params reads the optional params object and returns its canonical form.
-func (fe *fieldErrors) params(path string, v jsontext.Value) (jsontext.Value, bool) {
-	if v == nil || v.Kind() == 'n' {
+func (c *checker) params(path string, v jsontext.Value) (jsontext.Value, bool) {
+	if absent(v) {
 		return nil, false
 	}
 	if v.Kind() != '{' {
-		fe.typeError(path, "an object", v)
+		c.add(path, typeProblem("an object", v))
 		return nil, false
 	}
-	c, err := Canonicalize(v)
-	if err != nil {
-		if errors.Is(err, errNumberRange) {
-			fe.add(path, "has a number beyond the range of a double")
-		} else {
-			fe.add(path, "is not valid I-JSON")
-		}
+	canon, err := Canonicalize(v)
+	switch {
+	case errors.Is(err, errNumberRange):
+		c.add(path, "has a number beyond the range of a double")
+		return nil, false
+	case err != nil:
+		c.add(path, "is not valid I-JSON")
+		return nil, false
+	case len(canon) > MaxParamsBytes:
+		c.add(path, fmt.Sprintf("must be at most %d bytes as canonical JSON (is %d)", MaxParamsBytes, len(canon)))
 		return nil, false
 	}
-	if len(c) > MaxParamsBytes {
-		fe.add(path, "must be at most %d bytes as canonical JSON (is %d)", MaxParamsBytes, len(c))
-		return nil, false
-	}
-	return c, true
+	return canon, true
 }
 
 // uuid checks a UUID in its 36-character form and returns it in lowercase.
-func (fe *fieldErrors) uuid(path, s string) string {
+func (c *checker) uuid(path, s string) string {
 	u, err := uuid.Parse(s)
 	if err != nil || len(s) != 36 {
-		fe.add(path, "must be a UUID like 0192f0c1-7a3b-7c4d-8e5f-0123456789ab")
+		c.add(path, "must be a UUID like 0192f0c1-7a3b-7c4d-8e5f-0123456789ab")
 		return s
 	}
 	return u.String()
