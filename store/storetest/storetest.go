@@ -45,6 +45,16 @@ func Run(t *testing.T, h Harness) {
 		{"AssetsNotFound", testAssetNotFound},
 		{"Ping", testPing},
 		{"LargestTree", testLargestTree},
+		{"ClaimBasics", testClaimBasics},
+		{"RacingClaimsNeverShareATask", testRacingClaims},
+		{"OldFenceChangesNothing", testOldFence},
+		{"RenewAfterExpiryFails", testRenew},
+		{"CancelRunningTasks", testCancelRunning},
+		{"FairShare", testFairShare},
+		{"BackoffRespected", testBackoff},
+		{"MaxAttemptsKeepsTheError", testMaxAttempts},
+		{"ReleaseKeepsTheStep", testRelease},
+		{"CountsConsistentUnderChurn", testCountsUnderChurn},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
