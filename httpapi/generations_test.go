@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -336,5 +337,40 @@ func TestCreateGenerationConcurrent(t *testing.T) {
 	}
 	if created != 1 {
 		t.Fatalf("%d answers were 201, want 1", created)
+	}
+}
+
+// unreadable fails every read: a body that must not be read at all.
+type unreadable struct{ reads *int }
+
+func (u unreadable) Read([]byte) (int, error) {
+	*u.reads++
+	return 0, errors.New("the body was read")
+}
+
+// TestCreateGenerationDeclaredTooLarge: a declared length over the limit is
+// refused before a byte of the body is read; an unsupported type before
+// that.
+func TestCreateGenerationDeclaredTooLarge(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{})
+	for _, tc := range []struct {
+		ct   string
+		want int
+	}{
+		{"application/json", http.StatusRequestEntityTooLarge},
+		{"text/plain", http.StatusUnsupportedMediaType},
+	} {
+		reads := 0
+		r := httptest.NewRequest("POST", "/v1/generations", unreadable{&reads})
+		r.ContentLength = 1<<20 + 1
+		r.Header.Set("Content-Type", tc.ct)
+		r.Header.Set("Authorization", "Bearer "+h.tokens["alice"])
+		w := httptest.NewRecorder()
+		h.h.ServeHTTP(w, r)
+		wantProblem(t, w, tc.want)
+		if reads != 0 {
+			t.Errorf("%s: the body was read %d times", tc.ct, reads)
+		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"studio/httpapi"
 	"studio/intent"
+	"studio/planner"
 	"studio/store/sqlite"
 )
 
@@ -29,8 +30,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// harness is the API over the real SQLite store and the real intent
-// service, in a fresh database under t.TempDir().
+// harness is the API over the real SQLite store, the real intent service
+// and the real planner with the embedded catalog, in a fresh database under
+// t.TempDir().
 type harness struct {
 	t      *testing.T
 	store  *sqlite.Store
@@ -60,7 +62,7 @@ func newHarness(t *testing.T, o options) *harness {
 	h := &harness{t: t, store: st, blobs: &memBlobs{data: map[string][]byte{}}, logs: &syncBuffer{}, tokens: map[string]string{}}
 	gens := o.gens
 	if gens == nil {
-		gens = &intent.Service{Store: st, Planner: newPlanner(), Locker: &keyedMutex{}}
+		gens = &intent.Service{Store: st, Planner: planner.New(planner.EmbeddedCatalog()), Locker: &keyedMutex{}}
 	}
 	cfg := httpapi.Config{
 		Generations: gens,
@@ -207,60 +209,6 @@ func wantProblem(t *testing.T, w *httptest.ResponseRecorder, status int) problem
 // hasField reports whether a problem names the field.
 func (p problem) hasField(field string) bool {
 	return slices.ContainsFunc(p.Errors, func(e intent.FieldError) bool { return e.Field == field })
-}
-
-// testPlanner is the catalog of the contract's embedded defaults: sketch
-// and mosaic, auto = both, public subjects knight, robot and cat, and the
-// 600-task limit.
-type testPlanner struct {
-	generators map[string]bool
-	subjects   map[string]bool
-	limit      int
-}
-
-func newPlanner() *testPlanner {
-	return &testPlanner{
-		generators: map[string]bool{"sketch": true, "mosaic": true},
-		subjects:   map[string]bool{"knight": true, "robot": true, "cat": true},
-		limit:      600,
-	}
-}
-
-func (p *testPlanner) PlanGeneration(ctx context.Context, actor string, in *intent.GenerationInput) ([]intent.PlannedTask, error) {
-	var gens []string
-	for _, g := range in.Providers {
-		switch {
-		case g == "auto":
-			gens = append(gens, "sketch", "mosaic")
-		case p.generators[g]:
-			gens = append(gens, g)
-		default:
-			return nil, intent.Errorf(intent.EUnprocessable, "Unknown generator %q.", g)
-		}
-	}
-	for _, s := range in.Subjects {
-		if !p.subjects[s] {
-			return nil, intent.Errorf(intent.EUnprocessable, "Subject %q is not visible.", s)
-		}
-	}
-	n := 0
-	for _, set := range in.Sets {
-		n += len(set.Frames) * len(gens) * in.Candidates
-	}
-	if n > p.limit {
-		return nil, intent.Errorf(intent.EUnprocessable, "The plan has %d tasks; the limit is %d.", n, p.limit)
-	}
-	out := make([]intent.PlannedTask, 0, n)
-	for _, set := range in.Sets {
-		for _, f := range set.Frames {
-			for _, g := range gens {
-				for c := 1; c <= in.Candidates; c++ {
-					out = append(out, intent.PlannedTask{Collection: set.Collection, Frame: f, Generator: g, Candidate: c})
-				}
-			}
-		}
-	}
-	return out, nil
 }
 
 // keyedMutex is a minimal intent.Locker: one mutex per key.

@@ -36,7 +36,7 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 
 	w := h.do(req{method: "GET", path: "/openapi.json"})
 	var doc struct {
-		OpenAPI    string                                `json:"openapi"`
+		OpenAPI    string                               `json:"openapi"`
 		Paths      map[string]map[string]jsontext.Value `json:"paths"`
 		Components struct {
 			Schemas         map[string]jsontext.Value `json:"schemas"`
