@@ -1,0 +1,236 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"studio/locks"
+	"studio/locks/lockstest"
+)
+
+// stoppedClock is a test clock for the lock store, in nanoseconds (the
+// store reads whole milliseconds of it).
+type stoppedClock struct{ ns atomic.Int64 }
+
+func newStoppedClock() *stoppedClock {
+	c := &stoppedClock{}
+	c.ns.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *stoppedClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+func (c *stoppedClock) ms() int64               { return c.ns.Load() / int64(time.Millisecond) }
+
+func openLockDB(t testing.TB, path string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestLockStoreConformance(t *testing.T) {
+	lockstest.Run(t, func(t *testing.T) *lockstest.Fixture {
+		path := filepath.Join(t.TempDir(), "locks.db")
+		db := openLockDB(t, path)
+		clock := newStoppedClock()
+		ls := NewLockStore(db)
+		ls.clock = clock.ms
+		return &lockstest.Fixture{
+			Store: ls,
+			Clock: clock,
+			Reopen: func(t *testing.T) locks.Store {
+				if err := db.Close(); err != nil {
+					t.Fatal(err)
+				}
+				db = openLockDB(t, path)
+				ls = NewLockStore(db)
+				ls.clock = clock.ms
+				return ls
+			},
+			SetFence: func(t *testing.T, v int64) {
+				if _, err := db.DB().Exec(`UPDATE lock_fence SET value = ?`, v); err != nil {
+					t.Fatal(err)
+				}
+			},
+		}
+	})
+}
+
+// TestLockStoreRealClock runs on the database's own clock: leases are
+// written in its milliseconds and end by it.
+func TestLockStoreRealClock(t *testing.T) {
+	db := openLockDB(t, filepath.Join(t.TempDir(), "locks.db"))
+	s := NewLockStore(db)
+	ctx := t.Context()
+	if _, ok, err := s.Acquire(ctx, "long", "a", time.Hour); err != nil || !ok {
+		t.Fatalf("Acquire: %v, %v", ok, err)
+	}
+	var left int64
+	if err := db.DB().QueryRow(`SELECT expires_at - CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER) FROM locks WHERE key = ?`,
+		[]byte("long")).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left <= 0 || left > time.Hour.Milliseconds() {
+		t.Fatalf("lease ends in %d ms by the database's clock, want within the hour", left)
+	}
+	if _, ok, err := s.Acquire(ctx, "long", "b", time.Hour); err != nil || ok {
+		t.Fatalf("second Acquire: %v, %v; want refused", ok, err)
+	}
+	if _, ok, err := s.Acquire(ctx, "short", "a", 20*time.Millisecond); err != nil || !ok {
+		t.Fatalf("Acquire: %v, %v", ok, err)
+	}
+	if _, ok, err := s.AcquireSlot(ctx, "short", "a", 1, 20*time.Millisecond); err != nil || !ok {
+		t.Fatalf("AcquireSlot: %v, %v", ok, err)
+	}
+	time.Sleep(40 * time.Millisecond)
+	if ok, err := s.Renew(ctx, "short", "a", time.Hour); err != nil || ok {
+		t.Fatalf("Renew after expiry: %v, %v; want refused", ok, err)
+	}
+	if _, ok, err := s.Acquire(ctx, "short", "b", time.Hour); err != nil || !ok {
+		t.Fatalf("Acquire after expiry: %v, %v", ok, err)
+	}
+	if _, ok, err := s.AcquireSlot(ctx, "short", "b", 1, time.Hour); err != nil || !ok {
+		t.Fatalf("AcquireSlot after expiry: %v, %v", ok, err)
+	}
+}
+
+// TestLockSurvivesReopen: a lease lives in the file, not in the process.
+func TestLockSurvivesReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locks.db")
+	db := openLockDB(t, path)
+	ctx := t.Context()
+	fence, ok, err := NewLockStore(db).Acquire(ctx, "k", "a", time.Hour)
+	if err != nil || !ok {
+		t.Fatalf("Acquire: %v, %v", ok, err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := NewLockStore(openLockDB(t, path))
+	if _, ok, err := s.Acquire(ctx, "k", "b", time.Hour); err != nil || ok {
+		t.Fatalf("Acquire of a key held before the restart: %v, %v; want refused", ok, err)
+	}
+	if ok, err := s.Renew(ctx, "k", "a", time.Hour); err != nil || !ok {
+		t.Fatalf("Renew by the holder after the restart: %v, %v", ok, err)
+	}
+	if ok, err := s.Release(ctx, "k", "a"); err != nil || !ok {
+		t.Fatalf("Release by the holder after the restart: %v, %v", ok, err)
+	}
+	if f, ok, err := s.Acquire(ctx, "k", "b", time.Hour); err != nil || !ok || f <= fence {
+		t.Fatalf("Acquire after release: fence %d, %v, %v; want > %d", f, ok, err, fence)
+	}
+}
+
+func TestLockSweep(t *testing.T) {
+	db := openLockDB(t, filepath.Join(t.TempDir(), "locks.db"))
+	clock := newStoppedClock()
+	s := NewLockStore(db)
+	s.clock = clock.ms
+	ctx := t.Context()
+	for i := range 10 {
+		key := fmt.Sprintf("k%d", i)
+		if _, ok, err := s.Acquire(ctx, key, "dead", time.Millisecond); err != nil || !ok {
+			t.Fatalf("Acquire: %v, %v", ok, err)
+		}
+		if _, ok, err := s.AcquireSlot(ctx, key, "dead", 3, time.Millisecond); err != nil || !ok {
+			t.Fatalf("AcquireSlot: %v, %v", ok, err)
+		}
+	}
+	if _, ok, err := s.Acquire(ctx, "live", "a", time.Hour); err != nil || !ok {
+		t.Fatalf("Acquire: %v, %v", ok, err)
+	}
+	clock.Advance(time.Millisecond)
+	count := func() (n int) {
+		t.Helper()
+		if err := db.DB().QueryRow(`SELECT (SELECT COUNT(*) FROM locks) + (SELECT COUNT(*) FROM lock_slots)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 21 {
+		t.Fatalf("%d rows before the sweep, want 21", n)
+	}
+	// The sweep runs inside the acquisition that completes a round.
+	s.acquisitions.Store(sweepEvery - 1)
+	if _, ok, err := s.Acquire(ctx, "next", "a", time.Hour); err != nil || !ok {
+		t.Fatalf("Acquire: %v, %v", ok, err)
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("%d rows after the sweep, want the 2 live ones", n)
+	}
+}
+
+// TestLockEngineAcrossProcesses opens the file twice: two write connections,
+// as two processes would have. Their engines meet only in the database.
+func TestLockEngineAcrossProcesses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locks.db")
+	var engines []*locks.Engine
+	for range 2 {
+		e := locks.New(NewLockStore(openLockDB(t, path)), locks.PollInterval(time.Millisecond, 5*time.Millisecond))
+		t.Cleanup(func() { e.Close() })
+		engines = append(engines, e)
+	}
+	var (
+		inside, slots, most atomic.Int64
+		last                int64
+		wg                  sync.WaitGroup
+	)
+	for i := range 8 {
+		e := engines[i%2]
+		sem := e.Semaphore(2)
+		wg.Go(func() {
+			for range 8 {
+				err := e.Hold(context.Background(), "plan", func(_ context.Context, l *locks.Lease) error {
+					if n := inside.Add(1); n != 1 {
+						t.Errorf("%d holders of one lock at once", n)
+					}
+					if l.Fence() <= last {
+						t.Errorf("fence %d after %d", l.Fence(), last)
+					}
+					last = l.Fence()
+					time.Sleep(100 * time.Microsecond)
+					inside.Add(-1)
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+				}
+				err = sem.Hold(context.Background(), "gen", func(context.Context, *locks.Lease) error {
+					n := slots.Add(1)
+					for {
+						m := most.Load()
+						if n <= m || most.CompareAndSwap(m, n) {
+							break
+						}
+					}
+					time.Sleep(100 * time.Microsecond)
+					slots.Add(-1)
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := most.Load(); n > 2 {
+		t.Fatalf("%d semaphore holders at once, limit 2", n)
+	}
+}
+
+func TestLockStoreRefusesBadLimit(t *testing.T) {
+	s := NewLockStore(openLockDB(t, filepath.Join(t.TempDir(), "locks.db")))
+	if _, _, err := s.AcquireSlot(t.Context(), "k", "a", 0, time.Hour); !errors.Is(err, locks.ErrInvalid) {
+		t.Fatalf("AcquireSlot with limit 0: %v", err)
+	}
+}
