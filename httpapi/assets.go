@@ -14,7 +14,7 @@ func (s *Server) getAsset(w http.ResponseWriter, r *http.Request) {
 	actor, _ := ActorFrom(r.Context())
 	a, err := s.store.GetAsset(r.Context(), actor, chi.URLParam(r, "id"))
 	if err != nil {
-		s.Error(w, r, err)
+		s.Error(w, r, notFoundAs(err, "asset"))
 		return
 	}
 	s.ok(w, r, http.StatusOK, a)
@@ -27,7 +27,7 @@ func (s *Server) getAssetContent(w http.ResponseWriter, r *http.Request) {
 	actor, _ := ActorFrom(r.Context())
 	a, err := s.store.GetAsset(r.Context(), actor, chi.URLParam(r, "id"))
 	if err != nil {
-		s.Error(w, r, err)
+		s.Error(w, r, notFoundAs(err, "asset"))
 		return
 	}
 	if s.blobs == nil {

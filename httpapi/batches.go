@@ -18,7 +18,7 @@ func (s *Server) getBatch(w http.ResponseWriter, r *http.Request) {
 	actor, _ := ActorFrom(r.Context())
 	b, err := s.store.GetBatch(r.Context(), actor, chi.URLParam(r, "id"))
 	if err != nil {
-		s.Error(w, r, err)
+		s.Error(w, r, notFoundAs(err, "batch"))
 		return
 	}
 	s.ok(w, r, http.StatusOK, b)
@@ -73,7 +73,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 	actor, _ := ActorFrom(r.Context())
 	items, err := s.store.ListTasks(r.Context(), batchID, store.ListParams{Actor: actor, Limit: pg.limit + 1, After: pg.after, State: state})
 	if err != nil {
-		s.Error(w, r, err)
+		s.Error(w, r, notFoundAs(err, "batch"))
 		return
 	}
 	s.ok(w, r, http.StatusOK, makePage(items, pg.limit, scope, func(t intent.Task) string { return t.ID }))
@@ -85,7 +85,7 @@ func (s *Server) cancelBatch(w http.ResponseWriter, r *http.Request) {
 	actor, _ := ActorFrom(r.Context())
 	b, err := s.store.CancelBatch(r.Context(), actor, chi.URLParam(r, "id"))
 	if err != nil {
-		s.Error(w, r, err)
+		s.Error(w, r, notFoundAs(err, "batch"))
 		return
 	}
 	s.ok(w, r, http.StatusOK, b)

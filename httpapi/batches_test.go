@@ -43,18 +43,20 @@ func TestOtherActorIsNotFound(t *testing.T) {
 	b := h.create("alice", "req-1", 1, 1)
 	a := h.addAsset("alice", []byte("png bytes"))
 	missing := "0192f0c1-0000-7000-8000-000000000000"
-	tests := []struct{ name, method, path, missing string }{
-		{"batch", "GET", "/v1/batches/" + b.ID, "/v1/batches/" + missing},
-		{"tasks", "GET", "/v1/batches/" + b.ID + "/tasks", "/v1/batches/" + missing + "/tasks"},
-		{"cancel", "POST", "/v1/batches/" + b.ID + "/cancel", "/v1/batches/" + missing + "/cancel"},
-		{"asset", "GET", "/v1/assets/" + a.ID, "/v1/assets/" + missing},
-		{"asset content", "GET", "/v1/assets/" + a.ID + "/content", "/v1/assets/" + missing + "/content"},
+	tests := []struct{ name, method, path, missing, detail string }{
+		{"batch", "GET", "/v1/batches/" + b.ID, "/v1/batches/" + missing, "No batch with this id."},
+		{"tasks", "GET", "/v1/batches/" + b.ID + "/tasks", "/v1/batches/" + missing + "/tasks", "No batch with this id."},
+		{"cancel", "POST", "/v1/batches/" + b.ID + "/cancel", "/v1/batches/" + missing + "/cancel", "No batch with this id."},
+		{"asset", "GET", "/v1/assets/" + a.ID, "/v1/assets/" + missing, "No asset with this id."},
+		{"asset content", "GET", "/v1/assets/" + a.ID + "/content", "/v1/assets/" + missing + "/content", "No asset with this id."},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			theirs := h.do(req{method: tc.method, path: tc.path, actor: "bob"})
 			none := h.do(req{method: tc.method, path: tc.missing, actor: "bob"})
-			wantProblem(t, theirs, http.StatusNotFound)
+			if p := wantProblem(t, theirs, http.StatusNotFound); p.Detail != tc.detail {
+				t.Errorf("detail %q, want %q", p.Detail, tc.detail)
+			}
 			wantProblem(t, none, http.StatusNotFound)
 			if theirs.Body.String() != none.Body.String() {
 				t.Errorf("another actor's record answers %s, a missing one %s", theirs.Body, none.Body)

@@ -76,3 +76,13 @@ func (s *Server) Error(w http.ResponseWriter, r *http.Request, err error) {
 func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, p Problem) {
 	writeJSON(w, r, s.log, "application/problem+json", p.Status, p)
 }
+
+// notFoundAs gives a store's not-found the detail the API answers, naming
+// the kind of record. It is the same for a record that does not exist and
+// for another actor's, so the answer tells the two apart in no way.
+func notFoundAs(err error, what string) error {
+	if intent.ErrorCode(err) == intent.ENotFound {
+		return intent.Errorf(intent.ENotFound, "No %s with this id.", what)
+	}
+	return err
+}

@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 // and the real planner with the embedded catalog, in a fresh database under
 // t.TempDir().
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	store  *sqlite.Store
 	server *httpapi.Server
 	h      http.Handler
@@ -51,7 +51,7 @@ type options struct {
 	metrics http.Handler
 }
 
-func newHarness(t *testing.T, o options) *harness {
+func newHarness(t testing.TB, o options) *harness {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "studio.db")})
@@ -171,7 +171,7 @@ func frameLabels(n int) []string {
 
 // decode strictly decodes an answer's JSON body: a field the type does not
 // know fails the test (nothing extra, such as the actor, leaks out).
-func decode[T any](t *testing.T, w *httptest.ResponseRecorder) T {
+func decode[T any](t testing.TB, w *httptest.ResponseRecorder) T {
 	t.Helper()
 	var v T
 	if err := json.Unmarshal(w.Body.Bytes(), &v, json.RejectUnknownMembers(true)); err != nil {
