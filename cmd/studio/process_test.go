@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The process tests run the real binary, built once per test run from this
+// package, as separate OS processes.
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// studioBinary builds cmd/studio once and returns the path of the binary.
+func studioBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("process tests build and run the binary; skipped with -short")
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "studio-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "studio")
+		args := []string{"build", "-o", binPath}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// proc is one running studio process.
+type proc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	Addr   string // the HTTP address, once serving (serve only)
+	stdout *syncBuffer
+	logs   *syncBuffer
+	done   chan struct{}
+	err    error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startProcess runs `studio args...` with env added to the environment and
+// waits until it logs "serving" (serve) or "workers started" (worker)
+// when wait is set. The process is killed at the end of the test if still
+// running, and its logs are printed when the test failed.
+func startProcess(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(studioBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(cmd.Env, "STUDIO_LOG_LEVEL=debug")
+	p := &proc{t: t, cmd: cmd, stdout: &syncBuffer{}, logs: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout = p.stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.logs.Write([]byte(line + "\n"))
+			var rec struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "serving" && rec.Addr != "" {
+				select {
+				case addr <- rec.Addr:
+				default:
+				}
+			}
+		}
+	}()
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("logs of studio %s:\n%s", strings.Join(args, " "), p.logs.String())
+		}
+	})
+	if len(args) > 0 && args[0] == "serve" {
+		select {
+		case p.Addr = <-addr:
+		case <-p.done:
+			t.Fatalf("studio %v exited before serving: %v\n%s", args, p.err, p.logs.String())
+		case <-time.After(60 * time.Second):
+			t.Fatalf("studio %v did not start serving\n%s", args, p.logs.String())
+		}
+	}
+	return p
+}
+
+// signal sends sig to the process.
+func (p *proc) signal(sig syscall.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("signal %v: %v", sig, err)
+	}
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait(d time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		p.t.Fatalf("process did not exit within %v\n%s", d, p.logs.String())
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// client talks to a studio HTTP API with a token.
+type client struct {
+	t     *testing.T
+	base  string
+	token string
+	http  *http.Client
+}
+
+func newClient(t *testing.T, addr, token string) *client {
+	return &client{t: t, base: "http://" + addr, token: token, http: &http.Client{Timeout: 60 * time.Second}}
+}
+
+// do sends a request with a JSON body (nil for none) and decodes a JSON
+// answer into out when out is not nil. It returns the response (body read).
+func (c *client) do(ctx context.Context, method, path string, body any, out any, header ...string) (*http.Response, error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, r)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp, err
+	}
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp, fmt.Errorf("decode %s %s answer %q: %w", method, path, data, err)
+		}
+	}
+	return resp, nil
+}
+
+// readToken reads the first token from a data directory.
+func readToken(t *testing.T, data string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(data, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
