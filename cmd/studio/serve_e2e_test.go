@@ -130,11 +130,21 @@ func TestServeInProcess(t *testing.T) {
 }
 
 // Two serve processes on one data directory, racing duplicates of the same
-// ids through both: one batch per id.
+// ids through both: one batch per id. With the database lock store the
+// planning lock holds across the processes too: one plan per id.
 func TestTwoServeProcessesOneDataDir(t *testing.T) {
 	t.Parallel()
+	for _, lockStore := range []string{"memory", "db"} {
+		t.Run(lockStore, func(t *testing.T) {
+			t.Parallel()
+			raceTwoServeProcesses(t, lockStore)
+		})
+	}
+}
+
+func raceTwoServeProcesses(t *testing.T, lockStore string) {
 	data := t.TempDir()
-	env := []string{"STUDIO_DATA=" + data, "STUDIO_WORKERS=0"}
+	env := []string{"STUDIO_DATA=" + data, "STUDIO_WORKERS=0", "STUDIO_LOCK_STORE=" + lockStore}
 	a := startProcess(t, env, "serve", "--addr", "127.0.0.1:0")
 	b := startProcess(t, env, "serve", "--addr", "127.0.0.1:0")
 	token := readToken(t, data)
@@ -194,6 +204,14 @@ func TestTwoServeProcessesOneDataDir(t *testing.T) {
 			t.Fatalf("exit code %d after SIGTERM", code)
 		}
 	}
+	plans := strings.Count(a.logs.String(), `"msg":"planned"`) + strings.Count(b.logs.String(), `"msg":"planned"`)
+	switch {
+	case lockStore == "db" && plans != ids:
+		t.Fatalf("%d plans for %d ids with the shared lock store, want one each", plans, ids)
+	case plans < ids:
+		t.Fatalf("%d plans for %d ids", plans, ids)
+	}
+	t.Logf("lock store %s: %d plans for %d ids x %d tries", lockStore, plans, ids, tries)
 }
 
 func TestCommandLine(t *testing.T) {

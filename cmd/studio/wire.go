@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"time"
 
 	"studio/httpapi"
 	"studio/intent"
 	"studio/locks"
 	"studio/planner"
+	"studio/store/sqlite"
 )
 
 // deps are the objects a process is wired from: config to objects, nothing
@@ -45,7 +48,7 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	p.MaxTasks = cfg.MaxBatchTasks
 	d.service = &intent.Service{
 		Store:   m.store,
-		Planner: p,
+		Planner: loggedPlanner{p, m.Logger},
 		Locker:  engineLocker{d.locks},
 	}
 	if m.Mode != modeServe {
@@ -67,11 +70,14 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 // lockStore is the store behind the lock engine: in-process memory, or the
 // database so that locks hold across every process sharing it.
 func (m *Main) lockStore() (locks.Store, error) {
-	switch m.Config.lockStore() {
-	case "memory":
+	if m.Config.lockStore() == "memory" {
 		return locks.NewMemoryStore(), nil
+	}
+	switch s := m.store.(type) {
+	case *sqlite.Store:
+		return sqlite.NewLockStore(s), nil
 	default:
-		return nil, fmt.Errorf("--lock-store db is not available for this database yet")
+		return nil, fmt.Errorf("--lock-store db is not available for %T", m.store)
 	}
 }
 
@@ -84,3 +90,22 @@ func (l engineLocker) Hold(ctx context.Context, key string, fn func(context.Cont
 
 // startWorkers starts the workers of this process (none yet).
 func (m *Main) startWorkers(ctx context.Context, d *deps) error { return nil }
+
+// loggedPlanner logs every plan made (at debug level): how many tasks, how
+// long it took.
+type loggedPlanner struct {
+	p   intent.Planner
+	log *slog.Logger
+}
+
+func (l loggedPlanner) PlanGeneration(ctx context.Context, actor string, in *intent.GenerationInput) ([]intent.PlannedTask, error) {
+	start := time.Now()
+	tasks, err := l.p.PlanGeneration(ctx, actor, in)
+	l.log.Debug("planned", "actor", actor, "tasks", len(tasks), "ok", err == nil, "duration_ms", msSince(start))
+	return tasks, err
+}
+
+// msSince is the time since start in milliseconds, for log lines.
+func msSince(start time.Time) float64 {
+	return float64(time.Since(start).Microseconds()) / 1000
+}
