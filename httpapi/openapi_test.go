@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -90,8 +91,47 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 		t.Fatalf("only %d references found", len(refs))
 	}
 	for ref := range refs {
-		if err := resolve(whole, ref); err != nil {
+		if _, err := resolve(whole, ref); err != nil {
 			t.Errorf("$ref %s: %v", ref, err)
+		}
+	}
+	// Every operation has a unique operationId, declares each parameter of
+	// its path template, and says what its success answer is.
+	ids := map[string]bool{}
+	for path, item := range whole["paths"].(map[string]any) {
+		for method, op := range item.(map[string]any) {
+			op := op.(map[string]any)
+			id, _ := op["operationId"].(string)
+			if id == "" || ids[id] {
+				t.Errorf("%s %s: operationId %q missing or repeated", method, path, id)
+			}
+			ids[id] = true
+			declared := map[string]bool{}
+			params, _ := op["parameters"].([]any)
+			for _, p := range params {
+				p := p.(map[string]any)
+				if ref, ok := p["$ref"].(string); ok {
+					v, err := resolve(whole, ref)
+					if err != nil {
+						continue // reported above
+					}
+					p = v.(map[string]any)
+				}
+				if p["in"] == "path" {
+					declared[p["name"].(string)] = true
+				}
+			}
+			for _, m := range regexp.MustCompile(`\{([^}]+)\}`).FindAllStringSubmatch(path, -1) {
+				if !declared[m[1]] {
+					t.Errorf("%s %s: path parameter %s is not declared", method, path, m[1])
+				}
+			}
+			responses, _ := op["responses"].(map[string]any)
+			if _, ok := responses["200"]; !ok {
+				if _, ok := responses["201"]; !ok {
+					t.Errorf("%s %s: no success answer", method, path)
+				}
+			}
 		}
 	}
 }
@@ -114,19 +154,19 @@ func collectRefs(v any, refs map[string]bool) {
 }
 
 // resolve follows a local JSON pointer ("#/components/schemas/Batch").
-func resolve(doc map[string]any, ref string) error {
+func resolve(doc map[string]any, ref string) (any, error) {
 	if !strings.HasPrefix(ref, "#/") {
-		return fmt.Errorf("not a local reference")
+		return nil, fmt.Errorf("not a local reference")
 	}
 	var cur any = doc
 	for _, part := range strings.Split(ref[2:], "/") {
 		m, ok := cur.(map[string]any)
 		if !ok {
-			return fmt.Errorf("%s is not an object", part)
+			return nil, fmt.Errorf("%s is not an object", part)
 		}
 		if cur, ok = m[part]; !ok {
-			return fmt.Errorf("no %s", part)
+			return nil, fmt.Errorf("no %s", part)
 		}
 	}
-	return nil
+	return cur, nil
 }

@@ -116,7 +116,7 @@ func New(cfg Config) (*Server, error) {
 		metrics: cfg.Metrics,
 		observe: cfg.Observe,
 	}
-	if _, err := openAPIPaths(); err != nil {
+	if err := checkOpenAPI(); err != nil {
 		return nil, fmt.Errorf("new http api: %w", err)
 	}
 	s.router = s.routes()
