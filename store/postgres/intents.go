@@ -234,13 +234,17 @@ func (s *Store) ListTasks(ctx context.Context, batchID string, p store.ListParam
 }
 
 // CancelBatch cancels the queued tasks now and asks running ones to stop.
-// The batch row is locked first (FOR UPDATE), so a cancel and a claim or a
-// completion of the same batch's tasks apply their count changes one after
-// the other.
+// The batch row is locked first, and the queued tasks are taken with SKIP
+// LOCKED, so the cancel never waits on a task row while holding the batch
+// (the task methods lock tasks, then batches). A queued task it skips is
+// being claimed at that moment: it runs and stops at its next step, or, if
+// that claim rolls back, the next claim cancels it. Tasks re-queued by
+// FailTask or ReleaseTasks read cancel_requested under the batch's lock, so
+// they either come before this sweep or end canceled themselves.
 func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
 	var out intent.Batch
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		b, err := scanBatch(tx.QueryRow(ctx, `SELECT `+batchColumns+` FROM batches WHERE id = $1 AND actor = $2 FOR UPDATE`, id, actor))
+		b, err := scanBatch(tx.QueryRow(ctx, `SELECT `+batchColumns+` FROM batches WHERE id = $1 AND actor = $2 FOR NO KEY UPDATE`, id, actor))
 		if err != nil {
 			return interpret(err)
 		}
@@ -250,7 +254,7 @@ func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch
 		}
 		now := stamp(s.now())
 		tag, err := tx.Exec(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = $1
-			WHERE batch_id = $2 AND state = 'queued'`, now, id)
+			WHERE id IN (SELECT q.id FROM tasks q WHERE q.batch_id = $2 AND q.state = 'queued' FOR NO KEY UPDATE SKIP LOCKED)`, now, id)
 		if err != nil {
 			return err
 		}
@@ -307,4 +311,28 @@ func (s *Store) CountTokens(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("count tokens: %w", err)
 	}
 	return n, nil
+}
+
+// CreateTokenIfNone stores the first token. At READ COMMITTED two racing
+// "insert where none exists" could both see none, so the check and the
+// insert run under a transaction-scoped advisory lock keyed by the schema:
+// the second try waits, then sees the first's token.
+func (s *Store) CreateTokenIfNone(ctx context.Context, actor, tokenHash string) (bool, error) {
+	var created bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("studio.first-token:"+s.schema)); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO tokens (hash, actor, created_at)
+			SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM tokens)`, tokenHash, actor, stamp(s.now()))
+		if err != nil {
+			return interpret(err)
+		}
+		created = tag.RowsAffected() == 1
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("create first token: %w", err)
+	}
+	return created, nil
 }

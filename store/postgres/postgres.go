@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"time"
 
@@ -116,12 +117,14 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var v int
-	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v); err != nil {
+	var applied []int32
+	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(array_agg(version), '{}') FROM schema_migrations`).Scan(&applied); err != nil {
 		return fmt.Errorf("ping postgres: %w", err)
 	}
-	if len(ms) > 0 && v < ms[len(ms)-1].Version {
-		return fmt.Errorf("ping postgres: schema at version %d, want %d", v, ms[len(ms)-1].Version)
+	for _, m := range ms {
+		if !slices.Contains(applied, int32(m.Version)) {
+			return fmt.Errorf("ping postgres: migration %04d_%s not applied", m.Version, m.Name)
+		}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -212,3 +213,124 @@ func waitForBlocked(t *testing.T, s *postgres.Store, pid int32) {
 }
 
 func storeList(actor string) store.ListParams { return store.ListParams{Actor: actor, Limit: 100} }
+
+// A cancel racing tasks that go back to the queue (a transient failure, a
+// release) and claims: whichever commits first, no task is left queued in a
+// batch asked to cancel, and the counts equal the tasks. Each round claims
+// every task, then fails half and releases half while the batch is
+// canceled.
+func TestCancelRacingRequeues(t *testing.T) {
+	t.Parallel()
+	u, _ := pgtest.Schema(t)
+	s := open(t, u)
+	twin := openSchema(t, s.Schema())
+	ctx := testCtx(t)
+	for round := range 8 {
+		in := storetest.Intent(t, "alice", fmt.Sprintf("req-%d", round), "fp", 40)
+		if _, _, err := s.CreateIntent(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+		var leases []store.ClaimedTask
+		for len(leases) < 40 {
+			cs, err := s.ClaimTasks(ctx, store.ClaimParams{Owner: "w", Limit: 40, TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cs) == 0 {
+				t.Fatalf("claimed %d of 40", len(leases))
+			}
+			leases = append(leases, cs...)
+		}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i, c := range leases {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st := []*postgres.Store{s, twin}[i%2]
+				<-start
+				var err error
+				if i%2 == 0 {
+					_, err = st.FailTask(ctx, store.Failure{Lease: c.Lease, Error: "flaky", MaxAttempts: 5})
+				} else {
+					_, err = st.ReleaseTasks(ctx, []store.Lease{c.Lease})
+				}
+				if err != nil {
+					t.Errorf("task %d: %v", i, err)
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if _, err := twin.CancelBatch(ctx, "alice", in.Batch.ID); err != nil {
+				t.Errorf("cancel: %v", err)
+			}
+		}()
+		// In odd rounds a claimer joins the race and runs whatever it gets
+		// straight to success. Even rounds have none: a claim would cancel a
+		// task wrongly left queued, and hide it.
+		wg.Add(round % 2)
+		go func() {
+			if round%2 == 0 {
+				return
+			}
+			defer wg.Done()
+			<-start
+			for range 20 {
+				cs, err := s.ClaimTasks(ctx, store.ClaimParams{Owner: "late", Limit: 4, TTL: time.Minute})
+				if err != nil {
+					t.Errorf("claim: %v", err)
+					return
+				}
+				for _, c := range cs {
+					if _, err := s.CompleteTasks(ctx, []store.Completion{{Lease: c.Lease, Asset: intent.Asset{
+						ID: mustID(t), SHA256: "ab", ContentType: "image/png", Size: 1, Width: 1, Height: 1}}}); err != nil {
+						t.Errorf("complete: %v", err)
+					}
+				}
+			}
+		}()
+		close(start)
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		b, err := s.GetBatch(ctx, "alice", in.Batch.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c intent.Counts
+		tasks, err := s.ListTasks(ctx, in.Batch.ID, store.ListParams{Actor: "alice", Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range tasks {
+			switch tk.State {
+			case intent.StateQueued:
+				t.Fatalf("round %d: task %s queued in a canceled batch", round, tk.ID)
+			case intent.StateRunning:
+				t.Fatalf("round %d: task %s still running", round, tk.ID)
+			case intent.StateSucceeded:
+				c.Succeeded++
+			case intent.StateCanceled:
+				c.Canceled++
+			default:
+				t.Fatalf("round %d: task %s is %s", round, tk.ID, tk.State)
+			}
+		}
+		if b.Counts != c || b.State != intent.StateCanceled {
+			t.Fatalf("round %d: batch %+v, tasks say %+v", round, b, c)
+		}
+	}
+}
+
+func mustID(t *testing.T) string {
+	t.Helper()
+	id, err := intent.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}

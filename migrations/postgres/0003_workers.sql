@@ -1,0 +1,19 @@
+-- Workers: what claims and leases need (as migrations/sqlite/0003_workers.sql).
+
+-- Graceful releases: a try handed back by a stopping worker still counts in
+-- attempts, but not against the maximum (attempts - released is compared).
+ALTER TABLE tasks ADD COLUMN released integer NOT NULL DEFAULT 0;
+
+-- Claimable tasks of a batch in plan order, with run_after for the backoff
+-- check: the claim reads the first few of each active batch from here.
+CREATE INDEX tasks_queued ON tasks (batch_id, id) INCLUDE (run_after) WHERE state = 'queued';
+
+-- Running tasks by lease expiry: the claim looks for expired leases first.
+CREATE INDEX tasks_leased ON tasks (lease_expires_at) WHERE state = 'running';
+
+-- Batches with queued tasks, least recently touched first: the claim's
+-- choice of active batches.
+CREATE INDEX batches_with_queued ON batches (updated_at, id) WHERE queued > 0;
+
+-- Whether any asset names a blob, for the sweep of orphan files.
+CREATE INDEX assets_by_sha256 ON assets (sha256);

@@ -1,0 +1,688 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"studio/intent"
+	"studio/store"
+)
+
+// The task methods. Leases are measured by the database's clock
+// (clock_timestamp(), read once at the start of each transaction); every
+// write of a task names its fence and checks the lease is live; the batch's
+// counts move in the same transaction as its tasks.
+//
+// Locks are taken in one order so that concurrent transactions cannot
+// deadlock: task rows first (several in task id order), then batch rows (in
+// batch id order). The exceptions never wait: CancelBatch locks its batch
+// first but takes the queued tasks with SKIP LOCKED, and claims take tasks
+// with SKIP LOCKED. Row locks are FOR NO KEY UPDATE, which does not conflict
+// with the key-share locks that foreign-key checks take.
+//
+// A task re-queued by FailTask or ReleaseTasks reads its batch's
+// cancel_requested under the batch row's lock, so it cannot be re-queued
+// behind a cancel that already swept the queue; a claim that meets a queued
+// task of a batch asked to cancel (only left by a claim that rolled back)
+// cancels it instead of running it.
+
+// liveLease is the condition of every fenced write: this claim, still
+// running, not expired. Its parameters are $1 id, $2 fence, $3 now.
+const liveLease = `id = $1 AND fence = $2 AND state = 'running' AND lease_expires_at > $3`
+
+// claimColumns are what a claim returns of each task.
+const claimColumns = `t.id, t.batch_id, t.actor, t.collection, t.frame, t.generator, t.candidate, t.attempts, t.fence, t.step, t.provider_ref, t.lease_expires_at`
+
+// claimQueuedSQL leases ready queued tasks in fair-share order. Active
+// batches (with a ready task, least recently touched first, at most $5 of
+// them) each offer their first $6 ready tasks in plan order that no other
+// transaction holds (SKIP LOCKED); those are ranked round-robin across
+// actors, then across an actor's batches, then within a batch, and the
+// first $6 are taken. A picked task of a batch asked to cancel is canceled
+// instead. Parameters: $1 owner, $2 expires, $3 wall, $4 now, $5 batches,
+// $6 n.
+const claimQueuedSQL = `WITH active AS (
+	SELECT b.id, b.actor, b.updated_at, b.cancel_requested FROM batches b
+	WHERE b.queued > 0 AND EXISTS (SELECT 1 FROM tasks q
+		WHERE q.batch_id = b.id AND q.state = 'queued' AND q.run_after <= $4)
+	ORDER BY b.updated_at, b.id LIMIT $5
+),
+cand AS (
+	SELECT c.id, a.actor, a.id AS batch_id, a.updated_at, a.cancel_requested,
+		row_number() OVER (PARTITION BY a.id ORDER BY c.id) AS rn
+	FROM active a CROSS JOIN LATERAL (
+		SELECT q.id FROM tasks q
+		WHERE q.batch_id = a.id AND q.state = 'queued' AND q.run_after <= $4
+		ORDER BY q.id LIMIT $6
+		FOR NO KEY UPDATE SKIP LOCKED) c
+),
+ranked AS (
+	SELECT id, batch_id, updated_at, cancel_requested,
+		row_number() OVER (PARTITION BY actor ORDER BY rn, updated_at, batch_id) AS arn
+	FROM cand
+),
+pick AS (
+	SELECT id, cancel_requested FROM ranked ORDER BY arn, updated_at, batch_id LIMIT $6
+)
+UPDATE tasks t SET
+	state = CASE WHEN p.cancel_requested THEN 'canceled' ELSE 'running' END,
+	fence = t.fence + CASE WHEN p.cancel_requested THEN 0 ELSE 1 END,
+	attempts = t.attempts + CASE WHEN p.cancel_requested THEN 0 ELSE 1 END,
+	lease_owner = CASE WHEN p.cancel_requested THEN NULL ELSE $1 END,
+	lease_expires_at = CASE WHEN p.cancel_requested THEN NULL ELSE $2::timestamptz END,
+	updated_at = $3
+FROM pick p WHERE t.id = p.id
+RETURNING t.state, ` + claimColumns
+
+// countDelta is how one batch's counts move in a transaction.
+type countDelta struct {
+	queued, running, succeeded, failed, canceled int
+	started                                      bool
+}
+
+type deltas map[string]*countDelta
+
+func (d deltas) of(batchID string) *countDelta {
+	c := d[batchID]
+	if c == nil {
+		c = &countDelta{}
+		d[batchID] = c
+	}
+	return c
+}
+
+// apply writes the batches' new counts, in batch id order, in one round
+// trip (the statements are pipelined, and run in order).
+func (d deltas) apply(ctx context.Context, tx pgx.Tx, wall time.Time) error {
+	if len(d) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(d))
+	for id := range d {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var b pgx.Batch
+	for _, id := range ids {
+		c := d[id]
+		b.Queue(`UPDATE batches SET queued = queued + $1, running = running + $2,
+			succeeded = succeeded + $3, failed = failed + $4, canceled = canceled + $5,
+			started = started OR $6, updated_at = $7 WHERE id = $8`,
+			c.queued, c.running, c.succeeded, c.failed, c.canceled, c.started, wall, id)
+	}
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("update counts: %w", err)
+	}
+	return nil
+}
+
+// taskTx is one write transaction of the task methods: the database's
+// clock, the wall clock for updated_at, and the counts that move.
+type taskTx struct {
+	tx     pgx.Tx
+	now    time.Time // database clock
+	wall   time.Time // s.now()
+	deltas deltas
+}
+
+func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := &taskTx{tx: tx, wall: stamp(s.now()), deltas: deltas{}}
+	if err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t.now); err != nil {
+		tx.Rollback(ctx)
+		return nil, fmt.Errorf("read database clock: %w", err)
+	}
+	return t, nil
+}
+
+func (t *taskTx) commit(ctx context.Context) error {
+	if err := t.deltas.apply(ctx, t.tx, t.wall); err != nil {
+		return err
+	}
+	return t.tx.Commit(ctx)
+}
+
+// rollback ends the transaction if commit did not; its error is of no use
+// after a commit or a failure already reported.
+func (t *taskTx) rollback(ctx context.Context) { _ = t.tx.Rollback(ctx) }
+
+// lockBatches locks the batch rows in id order and answers which were
+// asked to cancel.
+func (t *taskTx) lockBatches(ctx context.Context, ids []string) (map[string]bool, error) {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	rows, err := t.tx.Query(ctx, `SELECT id, cancel_requested FROM batches WHERE id = ANY ($1) ORDER BY id FOR NO KEY UPDATE`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("lock batches: %w", err)
+	}
+	canceling := map[string]bool{}
+	var id string
+	var c bool
+	if _, err := pgx.ForEachRow(rows, []any{&id, &c}, func() error {
+		canceling[id] = c
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("lock batches: %w", err)
+	}
+	return canceling, nil
+}
+
+// ClaimTasks leases up to p.Limit tasks: expired leases first, then queued
+// tasks in fair-share order, in one transaction.
+func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.ClaimedTask, error) {
+	if p.Owner == "" || p.Limit < 1 || p.TTL <= 0 {
+		return nil, fmt.Errorf("claim tasks: need an owner, a limit >= 1 and a ttl > 0")
+	}
+	t, err := s.beginTask(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	defer t.rollback(ctx)
+	expires := t.now.Add(ttlRoundUp(p.TTL))
+	claimed, err := t.reclaimExpired(ctx, p, expires)
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	if n := p.Limit - len(claimed); n > 0 {
+		rows, err := t.tx.Query(ctx, claimQueuedSQL, p.Owner, expires, t.wall, t.now, max(4*n, 64), n)
+		if err != nil {
+			return nil, fmt.Errorf("claim tasks: %w", err)
+		}
+		fresh, canceled, err := scanClaims(rows, true)
+		if err != nil {
+			return nil, fmt.Errorf("claim tasks: %w", err)
+		}
+		for _, c := range fresh {
+			d := t.deltas.of(c.BatchID)
+			d.queued--
+			d.running++
+			d.started = true
+		}
+		for _, batch := range canceled {
+			d := t.deltas.of(batch)
+			d.queued--
+			d.canceled++
+		}
+		claimed = append(claimed, fresh...)
+	}
+	if err := t.attachSpecs(ctx, claimed); err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	if err := t.commit(ctx); err != nil {
+		return nil, fmt.Errorf("claim tasks: commit: %w", err)
+	}
+	return claimed, nil
+}
+
+// ttlRoundUp rounds a lease length up to whole microseconds, what
+// timestamptz keeps: a lease never ends before its holder expects.
+func ttlRoundUp(d time.Duration) time.Duration {
+	return (d + time.Microsecond - 1).Truncate(time.Microsecond)
+}
+
+// reclaimExpired handles running tasks whose lease expired, oldest expiry
+// first, at most p.Limit of them, skipping any another transaction holds:
+// canceled if their batch was asked to cancel, failed if they used every
+// attempt, otherwise claimed again under a new fence.
+func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams, expires time.Time) ([]store.ClaimedTask, error) {
+	rows, err := t.tx.Query(ctx, `SELECT t.id, t.batch_id, t.fence, t.attempts, t.attempts - t.released,
+			(SELECT b.cancel_requested FROM batches b WHERE b.id = t.batch_id)
+		FROM tasks t
+		WHERE t.state = 'running' AND t.lease_expires_at <= $1
+		ORDER BY t.lease_expires_at LIMIT $2
+		FOR NO KEY UPDATE OF t SKIP LOCKED`, t.now, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("find expired leases: %w", err)
+	}
+	type expired struct {
+		id, batch       string
+		fence           int64
+		attempts, used  int
+		cancelRequested bool
+	}
+	var found []expired
+	var e expired
+	if _, err := pgx.ForEachRow(rows, []any{&e.id, &e.batch, &e.fence, &e.attempts, &e.used, &e.cancelRequested}, func() error {
+		found = append(found, e)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("find expired leases: %w", err)
+	}
+	var claimed []store.ClaimedTask
+	for _, e := range found {
+		switch {
+		case e.cancelRequested:
+			if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = $1
+				WHERE id = $2 AND fence = $3`, t.wall, e.id, e.fence); err != nil {
+				return nil, fmt.Errorf("cancel expired task: %w", err)
+			}
+			d := t.deltas.of(e.batch)
+			d.running--
+			d.canceled++
+		case p.MaxAttempts > 0 && e.used >= p.MaxAttempts:
+			msg := fmt.Sprintf("attempt %d: the lease expired (the worker stopped or crashed); no attempts left", e.attempts)
+			if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = 'failed', error = $1, lease_owner = NULL, lease_expires_at = NULL, updated_at = $2
+				WHERE id = $3 AND fence = $4`, msg, t.wall, e.id, e.fence); err != nil {
+				return nil, fmt.Errorf("fail expired task: %w", err)
+			}
+			d := t.deltas.of(e.batch)
+			d.running--
+			d.failed++
+		default:
+			rows, err := t.tx.Query(ctx, `UPDATE tasks t SET fence = fence + 1, attempts = attempts + 1,
+				lease_owner = $1, lease_expires_at = $2, updated_at = $3 WHERE id = $4 AND fence = $5 RETURNING t.state, `+claimColumns,
+				p.Owner, expires, t.wall, e.id, e.fence)
+			if err != nil {
+				return nil, fmt.Errorf("reclaim expired task: %w", err)
+			}
+			cs, _, err := scanClaims(rows, false)
+			if err != nil {
+				return nil, fmt.Errorf("reclaim expired task: %w", err)
+			}
+			claimed = append(claimed, cs...)
+		}
+	}
+	return claimed, nil
+}
+
+// scanClaims reads claimed tasks (state first). With canceledToo, rows
+// that came back canceled are not claims: their batch ids are answered.
+func scanClaims(rows pgx.Rows, canceledToo bool) ([]store.ClaimedTask, []string, error) {
+	var out []store.ClaimedTask
+	var canceled []string
+	var c store.ClaimedTask
+	var state string
+	var exp *time.Time
+	_, err := pgx.ForEachRow(rows, []any{&state, &c.TaskID, &c.BatchID, &c.Actor, &c.Collection, &c.Frame, &c.Generator, &c.Candidate,
+		&c.Attempt, &c.Fence, &c.Step, &c.ProviderRef, &exp}, func() error {
+		if state != intent.StateRunning {
+			if !canceledToo {
+				return fmt.Errorf("task %s claimed in state %s", c.TaskID, state)
+			}
+			canceled = append(canceled, c.BatchID)
+			return nil
+		}
+		c.ExpiresAt = exp.UTC()
+		out = append(out, c)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, canceled, nil
+}
+
+// attachSpecs reads each claimed batch's spec once and shares it among its
+// tasks.
+func (t *taskTx) attachSpecs(ctx context.Context, cs []store.ClaimedTask) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	var ids []string
+	for _, c := range cs {
+		ids = append(ids, c.BatchID)
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	rows, err := t.tx.Query(ctx, `SELECT id, spec FROM batches WHERE id = ANY ($1)`, ids)
+	if err != nil {
+		return fmt.Errorf("read specs: %w", err)
+	}
+	specs := map[string][]byte{}
+	var id string
+	var spec []byte
+	if _, err := pgx.ForEachRow(rows, []any{&id, &spec}, func() error {
+		specs[id] = slices.Clone(spec)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("read specs: %w", err)
+	}
+	for i := range cs {
+		spec, ok := specs[cs[i].BatchID]
+		if !ok {
+			return fmt.Errorf("read specs: batch %s missing", cs[i].BatchID)
+		}
+		cs[i].Spec = spec
+	}
+	return nil
+}
+
+// sortedLeases orders item indexes by task id, so transactions that write
+// several tasks lock them in one order.
+func sortedLeases(n int, id func(i int) string) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmpString(id(a), id(b)) })
+	return idx
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// RenewLeases extends the owner's live leases, in one statement.
+func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (store.RenewResult, error) {
+	var res store.RenewResult
+	if p.Owner == "" || p.TTL <= 0 {
+		return res, fmt.Errorf("renew leases: need an owner and a ttl > 0")
+	}
+	if len(p.Leases) == 0 {
+		return res, nil
+	}
+	t, err := s.beginTask(ctx)
+	if err != nil {
+		return res, fmt.Errorf("renew leases: %w", err)
+	}
+	defer t.rollback(ctx)
+	expires := t.now.Add(ttlRoundUp(p.TTL))
+	idx := sortedLeases(len(p.Leases), func(i int) string { return p.Leases[i].TaskID })
+	ids := make([]string, len(idx))
+	fences := make([]int64, len(idx))
+	for j, i := range idx {
+		ids[j], fences[j] = p.Leases[i].TaskID, p.Leases[i].Fence
+	}
+	// The leases are locked in task id order (the sorted input, ordinality
+	// kept), then renewed.
+	rows, err := t.tx.Query(ctx, `WITH l AS (
+			SELECT t.id FROM tasks t JOIN unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS u(id, fence, ord)
+				ON t.id = u.id AND t.fence = u.fence
+			WHERE t.state = 'running' AND t.lease_expires_at > $3 AND t.lease_owner = $4
+			ORDER BY u.ord FOR NO KEY UPDATE OF t
+		)
+		UPDATE tasks t SET lease_expires_at = $5 FROM l WHERE t.id = l.id
+		RETURNING t.id, (SELECT b.cancel_requested FROM batches b WHERE b.id = t.batch_id)`,
+		ids, fences, t.now, p.Owner, expires)
+	if err != nil {
+		return res, fmt.Errorf("renew leases: %w", err)
+	}
+	renewed := map[string]bool{}
+	var id string
+	var canceling bool
+	if _, err := pgx.ForEachRow(rows, []any{&id, &canceling}, func() error {
+		renewed[id] = canceling
+		return nil
+	}); err != nil {
+		return res, fmt.Errorf("renew leases: %w", err)
+	}
+	for _, l := range p.Leases {
+		canceling, ok := renewed[l.TaskID]
+		switch {
+		case !ok:
+			res.Lost = append(res.Lost, l.TaskID)
+		case canceling:
+			res.Canceled = append(res.Canceled, l.TaskID)
+		}
+	}
+	if err := t.commit(ctx); err != nil {
+		return store.RenewResult{}, fmt.Errorf("renew leases: commit: %w", err)
+	}
+	res.ExpiresAt = expires.UTC()
+	return res, nil
+}
+
+// cancelIfRequested ends a live lease whose batch was asked to cancel: the
+// task becomes canceled. It answers ErrTaskCanceled when it did, and
+// ErrLeaseLost when the lease is not live.
+func (t *taskTx) cancelIfRequested(ctx context.Context, l store.Lease) error {
+	var batch string
+	err := t.tx.QueryRow(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = $4
+		WHERE `+liveLease+` AND (SELECT b.cancel_requested FROM batches b WHERE b.id = tasks.batch_id)
+		RETURNING batch_id`, l.TaskID, l.Fence, t.now, t.wall).Scan(&batch)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.ErrLeaseLost
+	case err != nil:
+		return fmt.Errorf("cancel task %s: %w", l.TaskID, err)
+	}
+	d := t.deltas.of(batch)
+	d.running--
+	d.canceled++
+	return store.ErrTaskCanceled
+}
+
+// itemErr tells a per-item outcome (lease lost, canceled) from a failure
+// of the transaction.
+func itemErr(err error) bool {
+	return errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrTaskCanceled)
+}
+
+// notCanceling is true while the task's batch was not asked to cancel.
+const notCanceling = `NOT (SELECT b.cancel_requested FROM batches b WHERE b.id = tasks.batch_id)`
+
+// SaveSteps records steps and provider references, fenced.
+func (s *Store) SaveSteps(ctx context.Context, steps []store.StepSave) ([]error, error) {
+	if len(steps) == 0 {
+		return nil, nil
+	}
+	t, err := s.beginTask(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("save steps: %w", err)
+	}
+	defer t.rollback(ctx)
+	out := make([]error, len(steps))
+	for _, i := range sortedLeases(len(steps), func(i int) string { return steps[i].TaskID }) {
+		st := steps[i]
+		tag, err := t.tx.Exec(ctx, `UPDATE tasks SET step = $4, provider_ref = $5, updated_at = $6
+			WHERE `+liveLease+` AND `+notCanceling, st.TaskID, st.Fence, t.now, st.Step, st.ProviderRef, t.wall)
+		if err != nil {
+			return nil, fmt.Errorf("save step of task %s: %w", st.TaskID, err)
+		}
+		if tag.RowsAffected() == 0 {
+			if out[i] = t.cancelIfRequested(ctx, st.Lease); !itemErr(out[i]) {
+				return nil, fmt.Errorf("save steps: %w", out[i])
+			}
+		}
+	}
+	if err := t.commit(ctx); err != nil {
+		return nil, fmt.Errorf("save steps: commit: %w", err)
+	}
+	return out, nil
+}
+
+// CompleteTasks marks tasks succeeded with their assets, fenced. Per task
+// one statement marks the task (naming the asset already stored for it, if
+// any, else the new one) and inserts the new asset only when the fenced
+// update matched and named it.
+func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]store.CompletionResult, error) {
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	for _, c := range cs {
+		if c.Asset.ID == "" || c.Asset.SHA256 == "" || c.Asset.ContentType == "" {
+			return nil, fmt.Errorf("complete tasks: task %s: the asset needs an id, a sha256 and a content type", c.TaskID)
+		}
+	}
+	t, err := s.beginTask(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("complete tasks: %w", err)
+	}
+	defer t.rollback(ctx)
+	out := make([]store.CompletionResult, len(cs))
+	for _, i := range sortedLeases(len(cs), func(i int) string { return cs[i].TaskID }) {
+		c := cs[i]
+		a := c.Asset
+		var batch, assetID string
+		err := t.tx.QueryRow(ctx, `WITH done AS (
+				UPDATE tasks SET state = 'succeeded', error = NULL,
+					asset_id = COALESCE((SELECT a.id FROM assets a WHERE a.task_id = tasks.id), $4),
+					lease_owner = NULL, lease_expires_at = NULL, updated_at = $5
+				WHERE `+liveLease+` AND `+notCanceling+`
+				RETURNING id, batch_id, actor, asset_id
+			), ins AS (
+				INSERT INTO assets (id, actor, task_id, sha256, content_type, size, width, height, created_at)
+				SELECT $4, done.actor, done.id, $6::text, $7::text, $8::bigint, $9::integer, $10::integer, $5 FROM done WHERE done.asset_id = $4
+			)
+			SELECT batch_id, asset_id FROM done`,
+			c.TaskID, c.Fence, t.now, a.ID, t.wall, a.SHA256, a.ContentType, a.Size, a.Width, a.Height).Scan(&batch, &assetID)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			if out[i].Err = t.cancelIfRequested(ctx, c.Lease); !itemErr(out[i].Err) {
+				return nil, fmt.Errorf("complete tasks: %w", out[i].Err)
+			}
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("complete task %s: %w", c.TaskID, interpret(err))
+		}
+		out[i].AssetID = assetID
+		d := t.deltas.of(batch)
+		d.running--
+		d.succeeded++
+	}
+	if err := t.commit(ctx); err != nil {
+		return nil, fmt.Errorf("complete tasks: commit: %w", interpret(err))
+	}
+	return out, nil
+}
+
+// FailTask ends a failed attempt: queued again after the backoff, or
+// failed, or canceled when the batch was asked to cancel. The task row is
+// locked, then its batch's, and only then is cancel_requested read: a cancel
+// either committed before (the task ends canceled) or waits for this
+// transaction and then finds the task queued and cancels it.
+func (s *Store) FailTask(ctx context.Context, f store.Failure) (string, error) {
+	t, err := s.beginTask(ctx)
+	if err != nil {
+		return "", fmt.Errorf("fail task: %w", err)
+	}
+	defer t.rollback(ctx)
+	var batch string
+	var used int
+	err = t.tx.QueryRow(ctx, `SELECT batch_id, attempts - released FROM tasks WHERE `+liveLease+` FOR NO KEY UPDATE`,
+		f.TaskID, f.Fence, t.now).Scan(&batch, &used)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", store.ErrLeaseLost
+	case err != nil:
+		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
+	}
+	canceling, err := t.lockBatches(ctx, []string{batch})
+	if err != nil {
+		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
+	}
+	state := intent.StateQueued
+	switch {
+	case canceling[batch]:
+		state = intent.StateCanceled
+	case f.Permanent || (f.MaxAttempts > 0 && used >= f.MaxAttempts):
+		state = intent.StateFailed
+	}
+	runAfter := t.now.Add(ttlRoundUp(max(f.Backoff, 0)))
+	if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = $3, error = $4, run_after = $5,
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = $6 WHERE id = $1 AND fence = $2`,
+		f.TaskID, f.Fence, state, f.Error, runAfter, t.wall); err != nil {
+		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
+	}
+	d := t.deltas.of(batch)
+	d.running--
+	switch state {
+	case intent.StateQueued:
+		d.queued++
+	case intent.StateFailed:
+		d.failed++
+	case intent.StateCanceled:
+		d.canceled++
+	}
+	if err := t.commit(ctx); err != nil {
+		return "", fmt.Errorf("fail task: commit: %w", err)
+	}
+	return state, nil
+}
+
+// ReleaseTasks hands leases back: queued at once, or canceled. As in
+// FailTask, the tasks are locked, then their batches, and only then is
+// cancel_requested read.
+func (s *Store) ReleaseTasks(ctx context.Context, leases []store.Lease) ([]error, error) {
+	if len(leases) == 0 {
+		return nil, nil
+	}
+	t, err := s.beginTask(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("release tasks: %w", err)
+	}
+	defer t.rollback(ctx)
+	out := make([]error, len(leases))
+	live := map[int]string{} // item -> batch
+	var batches []string
+	for _, i := range sortedLeases(len(leases), func(i int) string { return leases[i].TaskID }) {
+		l := leases[i]
+		var batch string
+		err := t.tx.QueryRow(ctx, `SELECT batch_id FROM tasks WHERE `+liveLease+` FOR NO KEY UPDATE`,
+			l.TaskID, l.Fence, t.now).Scan(&batch)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			out[i] = store.ErrLeaseLost
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("release task %s: %w", l.TaskID, err)
+		}
+		live[i] = batch
+		batches = append(batches, batch)
+	}
+	if len(live) > 0 {
+		canceling, err := t.lockBatches(ctx, batches)
+		if err != nil {
+			return nil, fmt.Errorf("release tasks: %w", err)
+		}
+		for i, batch := range live {
+			state := intent.StateQueued
+			if canceling[batch] {
+				state = intent.StateCanceled
+			}
+			if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = $3, released = released + 1, run_after = $4,
+				lease_owner = NULL, lease_expires_at = NULL, updated_at = $5 WHERE id = $1 AND fence = $2`,
+				leases[i].TaskID, leases[i].Fence, state, t.now, t.wall); err != nil {
+				return nil, fmt.Errorf("release task %s: %w", leases[i].TaskID, err)
+			}
+			d := t.deltas.of(batch)
+			d.running--
+			if state == intent.StateQueued {
+				d.queued++
+			} else {
+				d.canceled++
+			}
+		}
+	}
+	if err := t.commit(ctx); err != nil {
+		return nil, fmt.Errorf("release tasks: commit: %w", err)
+	}
+	return out, nil
+}
+
+// AssetForTask reads the asset stored for a task.
+func (s *Store) AssetForTask(ctx context.Context, taskID string) (intent.Asset, error) {
+	var a intent.Asset
+	err := s.pool.QueryRow(ctx, `SELECT id, actor, task_id, sha256, content_type, size, width, height, created_at
+		FROM assets WHERE task_id = $1`, taskID).
+		Scan(&a.ID, &a.Actor, &a.TaskID, &a.SHA256, &a.ContentType, &a.Size, &a.Width, &a.Height, &a.CreatedAt)
+	if err != nil {
+		return intent.Asset{}, interpret(err)
+	}
+	a.CreatedAt = a.CreatedAt.UTC()
+	return a, nil
+}
+
+// BlobInUse says whether an asset names the bytes of sha256.
+func (s *Store) BlobInUse(ctx context.Context, sha256 string) (bool, error) {
+	var in bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM assets WHERE sha256 = $1)`, sha256).Scan(&in); err != nil {
+		return false, fmt.Errorf("blob in use: %w", err)
+	}
+	return in, nil
+}
