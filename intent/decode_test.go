@@ -564,3 +564,40 @@ func TestDecodePublicationRules(t *testing.T) {
 		})
 	}
 }
+
+// TestNormalizeGeneration checks that an input built in Go gets the
+// defaults and the checks of a decoded body.
+func TestNormalizeGeneration(t *testing.T) {
+	t.Parallel()
+	_, _, decoded, err := intent.DecodeGeneration([]byte(`{"prompt":"p","sets":[{"collection":"c","frames":["f"]}],"params":{"b":1.0,"a":2}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := intent.NormalizeGeneration(intent.GenerationInput{
+		Prompt: "p", Sets: []intent.FrameSet{{Collection: "c", Frames: []string{"f"}}},
+		Params: []byte(`{ "a": 2, "b": 1 }`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(built, decoded) {
+		t.Fatalf("built %+v\ndecoded %+v", built, decoded)
+	}
+	again, err := intent.NormalizeGeneration(built)
+	if err != nil || !reflect.DeepEqual(again, built) {
+		t.Fatalf("not idempotent: %+v, %v", again, err)
+	}
+
+	seed := int64(-1)
+	_, err = intent.NormalizeGeneration(intent.GenerationInput{
+		Prompt: "", Sets: []intent.FrameSet{{Collection: "c", Frames: []string{"f", "f"}}},
+		Providers: []string{}, Candidates: 11, Seed: &seed, Params: []byte(`[]`),
+	})
+	want := []string{"prompt", "sets[0].frames[1]", "providers", "candidates", "seed", "params"}
+	if got := fieldsOf(t, err); !slices.Equal(got, want) {
+		t.Fatalf("fields %q, want %q", got, want)
+	}
+	if _, err := intent.NormalizeGeneration(intent.GenerationInput{Prompt: "\xff"}); intent.ErrorCode(err) != intent.EInvalid {
+		t.Fatalf("invalid UTF-8: %v", err)
+	}
+}

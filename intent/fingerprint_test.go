@@ -234,3 +234,25 @@ func BenchmarkDecodeGeneration600(b *testing.B) {
 		}
 	}
 }
+
+// The example of docs/input.md.
+func ExampleFingerprint() {
+	body := `{"request_id": "r1", "seed": 7.0,
+	 "sets": [{"frames": ["f01"], "collection": "w\u0061lk"}],
+	 "prompt": "a knight"}`
+	id, _, in, err := intent.DecodeGeneration([]byte(body))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fp, err := intent.Fingerprint("alice", intent.OpGeneration, in)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(id)
+	fmt.Println(fp)
+	// Output:
+	// r1
+	// 71d58d42cee9ccd4ba701b4c4848311fb6833bd9e5dbd914e2ec26c0c11fc58b
+}
