@@ -6,15 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"time"
 )
 
-// storeTimeout bounds one call to the store. The engine calls the store with
-// contexts that a caller's cancel does not reach, so that it always learns
-// whether an acquisition happened (and gives it back if the caller has gone).
-const storeTimeout = 30 * time.Second
+// cleanupTimeout bounds the release that follows an acquisition whose
+// outcome is unknown.
+const cleanupTimeout = 30 * time.Second
 
 // errReleased is the cause of fn's context once fn has returned and the
 // lease is being released, for goroutines fn left behind.
@@ -30,6 +28,7 @@ type Engine struct {
 
 	mu     sync.Mutex
 	queues map[queueKey]*queue
+	spare  *queue // a dropped queue, kept for the next key
 	leases map[*Lease]struct{}
 	closed bool
 	done   chan struct{} // closed by Close
@@ -134,13 +133,15 @@ type queueKey struct {
 }
 
 // queue is this engine's state for one key: its waiters in arrival order
-// and how many of its leases this engine holds. Only the front waiter asks
-// the store, and only while held is below the capacity; so this engine
-// never races itself for a key, and a release here wakes exactly the next
-// waiter in line. It exists while it has waiters or holders.
+// and how many of its leases this engine holds. Only the caller at the
+// front asks the store, one at a time, and only while held is below the
+// capacity; so this engine never races itself for a key, and a release here
+// wakes exactly the next waiter in line. It exists while it has waiters,
+// holders or someone asking.
 type queue struct {
 	waiters list.List // of *waiter
 	held    int
+	asking  bool // a caller at the front is asking the store
 }
 
 type waiter struct {
@@ -202,12 +203,15 @@ func (e *Engine) hold(ctx context.Context, t target, key string, fn func(context
 
 // acquire waits in key's queue until its turn, then asks the store; while
 // the store refuses (another process holds the key) it polls with backoff.
+//
+// A caller that finds the key idle in this engine (no waiter, nobody
+// asking, a free slot) asks the store at once without queueing: that is the
+// uncontended path, with nothing to allocate for waiting.
 func (e *Engine) acquire(ctx context.Context, t target, key string, s settings) (*Lease, error) {
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("locks: hold %q: %w", key, context.Cause(ctx))
 	}
 	qk := queueKey{slot: t.limit > 0, key: key}
-	w := &waiter{wake: make(chan struct{}, 1)}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -215,10 +219,41 @@ func (e *Engine) acquire(ctx context.Context, t target, key string, s settings) 
 	}
 	q := e.queues[qk]
 	if q == nil {
-		q = &queue{}
+		q, e.spare = e.spare, nil
+		if q == nil {
+			q = &queue{}
+		}
 		e.queues[qk] = q
 	}
-	w.elem = q.waiters.PushBack(w)
+	var w *waiter
+	askNow := true
+	if q.waiters.Len() == 0 && !q.asking && q.held < t.capacity() {
+		q.asking = true
+		e.mu.Unlock()
+		l, err := e.try(ctx, t, key, s)
+		e.mu.Lock()
+		q.asking = false
+		if err != nil || l != nil || s.wait == 0 {
+			q.wakeFront()
+			if l != nil {
+				return e.granted(ctx, q, l) // unlocks
+			}
+			e.drop(qk, q)
+			e.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+			return nil, &TimeoutError{Key: key, Wait: 0}
+		}
+		// Held elsewhere: wait at the front of the line, where this
+		// caller came, and poll before asking again.
+		w = &waiter{wake: make(chan struct{}, 1)}
+		w.elem = q.waiters.PushFront(w)
+		askNow = false
+	} else {
+		w = &waiter{wake: make(chan struct{}, 1)}
+		w.elem = q.waiters.PushBack(w)
+	}
 	e.mu.Unlock()
 
 	var deadline <-chan time.Time
@@ -235,34 +270,51 @@ func (e *Engine) acquire(ctx context.Context, t target, key string, s settings) 
 	}()
 	var pollC <-chan time.Time
 	backoff := s.pollMin
+	pollLater := func() {
+		d := jitter(backoff)
+		backoff = min(2*backoff, s.pollMax)
+		if poll == nil {
+			poll = time.NewTimer(d)
+		} else {
+			poll.Reset(d)
+		}
+		pollC = poll.C
+	}
+	if !askNow {
+		pollLater()
+	}
 	for {
-		e.mu.Lock()
-		turn := q.waiters.Front() == w.elem && q.held < t.capacity()
-		e.mu.Unlock()
-		if turn {
-			l, err := e.try(ctx, t, key, s)
-			if err != nil {
-				e.leave(qk, q, w)
-				return nil, err
-			}
-			if l != nil {
-				return e.granted(ctx, qk, q, w, l)
-			}
-			if s.wait == 0 {
+		if askNow {
+			e.mu.Lock()
+			turn := q.waiters.Front() == w.elem && !q.asking && q.held < t.capacity()
+			q.asking = q.asking || turn
+			e.mu.Unlock()
+			if turn {
+				l, err := e.try(ctx, t, key, s)
+				e.mu.Lock()
+				q.asking = false
+				switch {
+				case err != nil:
+					e.leaveLocked(qk, q, w)
+					e.mu.Unlock()
+					return nil, err
+				case l != nil:
+					q.waiters.Remove(w.elem)
+					q.wakeFront() // a semaphore's next waiter may take another slot
+					return e.granted(ctx, q, l) // unlocks
+				case s.wait == 0:
+					e.leaveLocked(qk, q, w)
+					e.mu.Unlock()
+					return nil, &TimeoutError{Key: key, Wait: 0}
+				}
+				e.mu.Unlock()
+				// Held elsewhere: nothing here will say when it is free.
+				pollLater()
+			} else if s.wait == 0 {
 				e.leave(qk, q, w)
 				return nil, &TimeoutError{Key: key, Wait: 0}
 			}
-			d := jitter(backoff)
-			backoff = min(2*backoff, s.pollMax)
-			if poll == nil {
-				poll = time.NewTimer(d)
-			} else {
-				poll.Reset(d)
-			}
-			pollC = poll.C
-		} else if s.wait == 0 {
-			e.leave(qk, q, w)
-			return nil, &TimeoutError{Key: key, Wait: 0}
+			// Not our turn: a release or a departure here wakes us.
 		}
 		select {
 		case <-w.wake:
@@ -271,8 +323,10 @@ func (e *Engine) acquire(ctx context.Context, t target, key string, s settings) 
 				poll.Stop()
 			}
 			pollC = nil
+			askNow = true
 		case <-pollC:
 			pollC = nil
+			askNow = true
 		case <-deadline:
 			e.leave(qk, q, w)
 			return nil, &TimeoutError{Key: key, Wait: s.wait}
@@ -287,24 +341,29 @@ func (e *Engine) acquire(ctx context.Context, t target, key string, s settings) 
 }
 
 // try asks the store once for key under a fresh owner. It answers nil, nil
-// when the store refused.
+// when the store refused. The caller's context goes to the store as is: if
+// it ends during the call, or the call fails otherwise, the outcome is
+// unknown, so try gives back whatever may have been taken (a release by an
+// owner that holds nothing changes nothing).
 func (e *Engine) try(ctx context.Context, t target, key string, s settings) (*Lease, error) {
 	owner := newOwner()
-	base := context.WithoutCancel(ctx)
-	sctx, cancel := context.WithTimeout(base, storeTimeout)
 	sent := time.Now()
-	fence, ok, err := t.acquire(sctx, e.store, key, owner, s.ttl)
-	cancel()
+	fence, ok, err := t.acquire(ctx, e.store, key, owner, s.ttl)
 	if err != nil {
-		// The outcome is unknown: give back whatever may have been taken.
-		// A release by an owner that holds nothing changes nothing.
-		rctx, cancel := context.WithTimeout(base, storeTimeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		_, _ = t.release(rctx, e.store, key, owner)
 		cancel()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("locks: hold %q: %w", key, context.Cause(ctx))
+		}
 		return nil, fmt.Errorf("locks: acquire %q: %w", key, err)
 	}
 	if !ok {
 		return nil, nil
+	}
+	base := ctx
+	if ctx.Done() != nil {
+		base = context.WithoutCancel(ctx)
 	}
 	return &Lease{
 		key: key, owner: owner, fence: fence, t: t, ttl: s.ttl,
@@ -312,14 +371,12 @@ func (e *Engine) try(ctx context.Context, t target, key string, s settings) (*Le
 	}, nil
 }
 
-// granted moves the waiter's new lease into the holders, unless the caller
-// or the engine went away meanwhile: then it gives the lease back.
-func (e *Engine) granted(ctx context.Context, qk queueKey, q *queue, w *waiter, l *Lease) (*Lease, error) {
-	e.mu.Lock()
-	q.waiters.Remove(w.elem)
+// granted counts the new lease among the holders, unless the caller or the
+// engine went away meanwhile: then it gives the lease back. e.mu is held
+// and granted unlocks it.
+func (e *Engine) granted(ctx context.Context, q *queue, l *Lease) (*Lease, error) {
 	q.held++
-	l.qk, l.q = qk, q
-	q.wakeFront() // a semaphore's next waiter may take another slot
+	l.qk, l.q = queueKey{slot: l.t.limit > 0, key: l.key}, q
 	closed := e.closed
 	e.mu.Unlock()
 	var cause error
@@ -342,6 +399,10 @@ func (e *Engine) granted(ctx context.Context, qk queueKey, q *queue, w *waiter, 
 func (e *Engine) leave(qk queueKey, q *queue, w *waiter) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.leaveLocked(qk, q, w)
+}
+
+func (e *Engine) leaveLocked(qk queueKey, q *queue, w *waiter) {
 	front := q.waiters.Front() == w.elem
 	q.waiters.Remove(w.elem)
 	if front {
@@ -352,17 +413,20 @@ func (e *Engine) leave(qk queueKey, q *queue, w *waiter) {
 
 // drop forgets an idle queue. e.mu is held.
 func (e *Engine) drop(qk queueKey, q *queue) {
-	if q.held == 0 && q.waiters.Len() == 0 && e.queues[qk] == q {
+	if q.held == 0 && q.waiters.Len() == 0 && !q.asking && e.queues[qk] == q {
 		delete(e.queues, qk)
+		e.spare = q // idle and empty: the next new queue can be this one
 	}
 }
 
 // release gives the lease back to the store and the turn to the next
 // waiter. A lease the store no longer has (it expired) is not an error.
+//
+// The call carries the hold's context without its cancel (the caller may
+// have gone: the key must still be given back) and without a deadline of
+// its own; a store bounds its calls itself (SQLite: busy_timeout).
 func (e *Engine) release(l *Lease) error {
-	ctx, cancel := context.WithTimeout(l.base, storeTimeout)
-	_, err := l.t.release(ctx, e.store, l.key, l.owner)
-	cancel()
+	_, err := l.t.release(l.base, e.store, l.key, l.owner)
 	e.mu.Lock()
 	delete(e.leases, l)
 	l.q.held--
@@ -441,13 +505,17 @@ func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// newOwner draws 128 random bits for one acquisition. math/rand/v2's
-// generator is ChaCha8, seeded by the runtime from the operating system:
-// owners are unique with overwhelming odds and cost no system call.
+// newOwner draws 128 random bits for one acquisition, as 32 hex digits.
+// math/rand/v2's generator is ChaCha8, seeded by the runtime from the
+// operating system: owners are unique with overwhelming odds and cost no
+// system call.
 func newOwner() string {
+	const digits = "0123456789abcdef"
 	var b [32]byte
-	out := strconv.AppendUint(b[:0], rand.Uint64(), 36)
-	out = append(out, '.')
-	out = strconv.AppendUint(out, rand.Uint64(), 36)
-	return string(out)
+	for i, x := range [2]uint64{rand.Uint64(), rand.Uint64()} {
+		for j := range 16 {
+			b[i*16+j] = digits[x>>(60-4*j)&0xf]
+		}
+	}
+	return string(b[:])
 }

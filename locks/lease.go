@@ -25,6 +25,8 @@ type Lease struct {
 	cancel context.CancelCauseFunc
 	qk     queueKey
 	q      *queue
+
+	r renewal
 }
 
 // Key returns the key held.
@@ -58,9 +60,11 @@ type renewal struct {
 	lost     *LeaseLostError
 }
 
+// startRenewal starts renewing l; the renewal lives inside the lease.
 func startRenewal(s Store, l *Lease, cancel context.CancelCauseFunc) *renewal {
-	r := &renewal{store: s, l: l, cancel: cancel, expires: l.expires}
+	r := &l.r
 	r.mu.Lock()
+	r.store, r.l, r.cancel, r.expires = s, l, cancel, l.expires
 	r.timer = time.AfterFunc(l.ttl/3, r.fire)
 	r.mu.Unlock()
 	return r
