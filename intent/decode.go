@@ -169,6 +169,10 @@ type checker struct {
 	dec jsontext.Decoder
 }
 
+// revisit are the decoder options for a part of a body already read whole
+// with the strict defaults: its UTF-8 and names need no second check.
+var revisit = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
+
 // add records one field error.
 func (c *checker) add(field, message string) {
 	if len(c.list) >= MaxFieldErrors {
@@ -270,7 +274,7 @@ func pointerPath(p jsontext.Pointer) string {
 // order of the errors never depends on the order of the keys.
 func (c *checker) object(path string, v jsontext.Value, names []string) map[string]jsontext.Value {
 	c.rd.Reset(v)
-	c.dec.Reset(&c.rd)
+	c.dec.Reset(&c.rd, revisit...)
 	if _, err := c.dec.ReadToken(); err != nil {
 		panic("intent: split a valid object: " + err.Error())
 	}
@@ -310,7 +314,7 @@ func (c *checker) object(path string, v jsontext.Value, names []string) map[stri
 // elements splits a valid JSON array into its elements.
 func (c *checker) elements(v jsontext.Value) []jsontext.Value {
 	c.rd.Reset(v)
-	c.dec.Reset(&c.rd)
+	c.dec.Reset(&c.rd, revisit...)
 	if _, err := c.dec.ReadToken(); err != nil {
 		panic("intent: split a valid array: " + err.Error())
 	}
@@ -469,33 +473,29 @@ func (c *checker) distinctStrings(path string, items []jsontext.Value, minLen, m
 	return out
 }
 
-// duplicates reports every string of values equal to an earlier one; only
-// the elements that were strings take part.
+// duplicates reports every string of values equal to an earlier one, in
+// index order; only the elements that were strings take part. It sorts
+// indices rather than filling a map: cheaper for lists this short.
 func (c *checker) duplicates(path string, values []string, isString []bool) {
-	report := func(i, j int) {
-		c.add(index(path, i), "repeats "+index(path, j)+"; values must be distinct")
-	}
-	if len(values) <= 16 { // a map costs more than this for short lists
-		for i := range values {
-			for j := range i {
-				if isString[i] && isString[j] && values[i] == values[j] {
-					report(i, j)
-					break
-				}
-			}
+	idx := make([]int, 0, len(values))
+	for i := range values {
+		if isString[i] {
+			idx = append(idx, i)
 		}
-		return
 	}
-	first := make(map[string]int, len(values))
-	for i, s := range values {
-		if !isString[i] {
+	slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(values[a], values[b]) })
+	var dups [][2]int // {index, index of its first occurrence}
+	first := -1
+	for k, i := range idx {
+		if k == 0 || values[i] != values[idx[k-1]] {
+			first = i // stable: the first of a run is the lowest index
 			continue
 		}
-		if j, ok := first[s]; ok {
-			report(i, j)
-			continue
-		}
-		first[s] = i
+		dups = append(dups, [2]int{i, first})
+	}
+	slices.SortFunc(dups, func(a, b [2]int) int { return a[0] - b[0] })
+	for _, d := range dups {
+		c.add(index(path, d[0]), "repeats "+index(path, d[1])+"; values must be distinct")
 	}
 }
 

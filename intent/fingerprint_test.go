@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"studio/intent"
 )
 
@@ -231,6 +233,20 @@ func BenchmarkDecodeGeneration600(b *testing.B) {
 	for b.Loop() {
 		if _, _, _, err := intent.DecodeGeneration([]byte(body)); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeGeneration600Floor is the floor of
+// BenchmarkDecodeGeneration600: one syntactic pass over the same body with
+// the same strictness (UTF-8, duplicate names), building nothing.
+func BenchmarkDecodeGeneration600Floor(b *testing.B) {
+	body, _ := bigInput(b)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if !jsontext.Value(body).IsValid() {
+			b.Fatal("invalid")
 		}
 	}
 }
