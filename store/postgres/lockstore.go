@@ -1,0 +1,238 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"studio/locks"
+)
+
+// LockStore is the locks.Store of a PostgreSQL database: leases in the
+// tables of migration 0002 (locks, lock_slots) with fences from the
+// sequence lock_fence, so that every process using the same schema shares
+// them.
+//
+// A lock is one statement: INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE
+// the row has expired ... RETURNING fence. On a free key two racers both
+// insert; the unique index makes the second wait for the first and then
+// take the conflict path, where the WHERE is checked against the row the
+// first wrote (live: nothing changes, no row comes back). On an expired
+// key the conflict path locks the row and checks it, so exactly one racer
+// takes it. The fence is nextval of one sequence, larger than every fence
+// drawn before, for any key. Renew and Release are single compare-and-set
+// statements on the owner.
+//
+// A semaphore slot needs "count the live slots, then insert": two
+// statements, sent in one round trip as an implicit transaction. The first
+// takes a transaction-scoped advisory lock on the semaphore's key, so the
+// second, whose snapshot starts after the lock is held, counts every slot
+// committed before it.
+//
+// Expiry is decided by the database's clock, clock_timestamp(), read once
+// per statement (a test may fix it); TTLs keep microseconds, rounded up.
+type LockStore struct {
+	pool   pgxQuerier
+	schema string
+	// clock replaces the database's clock when set: tests stop it.
+	clock func() time.Time
+	// acquisitions counts Acquire and AcquireSlot calls, to sweep expired
+	// rows now and then.
+	acquisitions atomic.Uint64
+}
+
+// pgxQuerier is what the lock store needs of a pool.
+type pgxQuerier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// NewLockStore returns the lock store of s, on s's pool.
+func NewLockStore(s *Store) *LockStore {
+	return &LockStore{pool: s.pool, schema: s.schema}
+}
+
+var _ locks.Store = (*LockStore)(nil)
+
+// nowSQL is the statement's time: the parameter $n when a test set a
+// clock, else the database's clock, evaluated once (it sits in a FROM
+// item).
+func nowSQL(n int) string {
+	return fmt.Sprintf("(SELECT COALESCE($%d::timestamptz, clock_timestamp()) AS t) AS now", n)
+}
+
+var (
+	// The conflict path's WHERE reads "now" back from the row that would
+	// have been inserted: excluded.expires_at - ttl.
+	acquireSQL = `INSERT INTO locks AS l (key, owner, fence, expires_at)
+SELECT $1, $2, nextval('lock_fence'), now.t + $3::interval FROM ` + nowSQL(4) + `
+ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, fence = excluded.fence, expires_at = excluded.expires_at
+WHERE l.expires_at <= excluded.expires_at - $3::interval
+RETURNING fence`
+	renewSQL = `UPDATE locks SET expires_at = now.t + $3::interval FROM ` + nowSQL(4) + `
+WHERE key = $1 AND owner = $2 AND expires_at > now.t`
+	releaseSQL = `DELETE FROM locks USING ` + nowSQL(3) + `
+WHERE key = $1 AND owner = $2 RETURNING expires_at > now.t`
+
+	slotLockSQL    = `SELECT pg_advisory_xact_lock($1)`
+	acquireSlotSQL = `INSERT INTO lock_slots (key, owner, fence, expires_at)
+SELECT $1, $2, nextval('lock_fence'), now.t + $3::interval FROM ` + nowSQL(4) + `
+WHERE (SELECT count(*) FROM lock_slots s WHERE s.key = $1 AND s.expires_at > now.t) < $5
+RETURNING fence`
+	renewSlotSQL = `UPDATE lock_slots SET expires_at = now.t + $3::interval FROM ` + nowSQL(4) + `
+WHERE key = $1 AND owner = $2 AND expires_at > now.t`
+	releaseSlotSQL = `DELETE FROM lock_slots USING ` + nowSQL(3) + `
+WHERE key = $1 AND owner = $2 RETURNING expires_at > now.t`
+
+	sweepSQL = []string{
+		`DELETE FROM locks WHERE key IN (SELECT key FROM locks, ` + nowSQL(1) + `
+    WHERE expires_at <= now.t LIMIT 256 FOR UPDATE SKIP LOCKED)`,
+		`DELETE FROM lock_slots WHERE (key, owner) IN (SELECT key, owner FROM lock_slots, ` + nowSQL(1) + `
+    WHERE expires_at <= now.t LIMIT 256 FOR UPDATE SKIP LOCKED)`,
+	}
+)
+
+// sweepEvery is how many acquisitions pass between two sweeps of expired
+// rows left by holders that never released (their process died).
+const sweepEvery = 1024
+
+// now is the bound value of the time parameter: nil for the database's
+// clock.
+func (s *LockStore) now() *time.Time {
+	if s.clock != nil {
+		t := s.clock()
+		return &t
+	}
+	return nil
+}
+
+// Acquire implements locks.Store.
+func (s *LockStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (int64, bool, error) {
+	if err := s.maybeSweep(ctx); err != nil {
+		return 0, false, err
+	}
+	var fence int64
+	err := s.pool.QueryRow(ctx, acquireSQL, []byte(key), owner, ttlRoundUp(ttl), s.now()).Scan(&fence)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("acquire lock: %w", interpretLock(err))
+	}
+	return fence, true, nil
+}
+
+// Renew implements locks.Store.
+func (s *LockStore) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	return s.renew(ctx, "renew lock", renewSQL, key, owner, ttl)
+}
+
+// Release implements locks.Store.
+func (s *LockStore) Release(ctx context.Context, key, owner string) (bool, error) {
+	return s.release(ctx, "release lock", releaseSQL, key, owner)
+}
+
+// AcquireSlot implements locks.Store.
+func (s *LockStore) AcquireSlot(ctx context.Context, key, owner string, limit int, ttl time.Duration) (int64, bool, error) {
+	if limit < 1 {
+		return 0, false, fmt.Errorf("acquire slot: %w: limit %d", locks.ErrInvalid, limit)
+	}
+	if err := s.maybeSweep(ctx); err != nil {
+		return 0, false, err
+	}
+	var b pgx.Batch
+	b.Queue(slotLockSQL, lockKey("studio.slot:"+s.schema+":"+key))
+	b.Queue(acquireSlotSQL, []byte(key), owner, ttlRoundUp(ttl), s.now(), limit)
+	res := s.pool.SendBatch(ctx, &b)
+	var fence int64
+	_, err := res.Exec()
+	if err == nil {
+		err = res.QueryRow().Scan(&fence)
+	}
+	if cerr := res.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("acquire slot: %w", interpretLock(err))
+	}
+	return fence, true, nil
+}
+
+// RenewSlot implements locks.Store.
+func (s *LockStore) RenewSlot(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	return s.renew(ctx, "renew slot", renewSlotSQL, key, owner, ttl)
+}
+
+// ReleaseSlot implements locks.Store.
+func (s *LockStore) ReleaseSlot(ctx context.Context, key, owner string) (bool, error) {
+	return s.release(ctx, "release slot", releaseSlotSQL, key, owner)
+}
+
+func (s *LockStore) renew(ctx context.Context, op, query, key, owner string, ttl time.Duration) (bool, error) {
+	tag, err := s.pool.Exec(ctx, query, []byte(key), owner, ttlRoundUp(ttl), s.now())
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", op, interpretLock(err))
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func (s *LockStore) release(ctx context.Context, op, query, key, owner string) (bool, error) {
+	var live bool
+	err := s.pool.QueryRow(ctx, query, []byte(key), owner, s.now()).Scan(&live)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", op, interpretLock(err))
+	}
+	return live, nil
+}
+
+// maybeSweep deletes up to 256 expired rows of each table once every
+// sweepEvery acquisitions. An expired row is free already; deleting it
+// only keeps the tables small.
+func (s *LockStore) maybeSweep(ctx context.Context) error {
+	if s.acquisitions.Add(1)%sweepEvery != 0 {
+		return nil
+	}
+	return s.sweep(ctx)
+}
+
+func (s *LockStore) sweep(ctx context.Context) error {
+	for _, q := range sweepSQL {
+		if _, err := s.pool.Exec(ctx, q, s.now()); err != nil {
+			return fmt.Errorf("sweep expired locks: %w", err)
+		}
+	}
+	return nil
+}
+
+// PostgreSQL error codes of the lock tables.
+const (
+	codeSequenceLimit   = "2200H" // nextval past MAXVALUE
+	codeCheckViolation  = "23514"
+	codeNumericOverflow = "22003"
+)
+
+// interpretLock translates the driver's errors of the lock tables: the
+// sequence at its maximum (or a fence past the CHECK) is a fence past
+// 2^53-1.
+func interpretLock(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case codeSequenceLimit, codeCheckViolation, codeNumericOverflow:
+			return fmt.Errorf("%w (%v)", locks.ErrFenceExhausted, err)
+		}
+	}
+	return err
+}
