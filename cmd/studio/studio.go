@@ -18,6 +18,7 @@ import (
 
 	"studio/httpapi"
 	"studio/store"
+	"studio/store/postgres"
 	"studio/store/sqlite"
 )
 
@@ -173,7 +174,11 @@ func (m *Main) databaseName() string {
 // openStore opens the configured database and applies pending migrations.
 func openStore(ctx context.Context, cfg Config) (store.Store, error) {
 	if cfg.isPostgres() {
-		return nil, errors.New("PostgreSQL is not supported by this build yet")
+		s, err := postgres.Open(ctx, postgres.Config{URL: cfg.Database})
+		if err != nil {
+			return nil, fmt.Errorf("open database: %w", err)
+		}
+		return s, nil
 	}
 	s, err := sqlite.Open(ctx, sqlite.Config{Path: cfg.sqlitePath(), Synchronous: cfg.Synchronous})
 	if err != nil {

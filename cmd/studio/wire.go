@@ -11,6 +11,7 @@ import (
 	"studio/intent"
 	"studio/locks"
 	"studio/planner"
+	"studio/store/postgres"
 	"studio/store/sqlite"
 )
 
@@ -76,6 +77,8 @@ func (m *Main) lockStore() (locks.Store, error) {
 	switch s := m.store.(type) {
 	case *sqlite.Store:
 		return sqlite.NewLockStore(s), nil
+	case *postgres.Store:
+		return postgres.NewLockStore(s), nil
 	default:
 		return nil, fmt.Errorf("--lock-store db is not available for %T", m.store)
 	}
