@@ -65,13 +65,25 @@ func BenchmarkUncontended(b *testing.B) {
 
 // BenchmarkHandoff measures the time from one holder's end to the next
 // holder running, with 8 waiters always queued (9 goroutines taking turns),
-// reported as ns/handoff; the floor is the same loop on a sync.Mutex.
+// as ns/handoff; only turns that pass to another goroutine count, and
+// handoffs/op says how many did. The floors: sync.Mutex (which lets the
+// goroutine that just unlocked take it again, so it hands off rarely) and a
+// channel holding one token (FIFO, a handoff every time, as the engine).
 func BenchmarkHandoff(b *testing.B) {
 	b.Run("floor=sync.Mutex", func(b *testing.B) {
 		var mu sync.Mutex
 		handoff(b, func(fn func()) error {
 			mu.Lock()
 			defer mu.Unlock()
+			fn()
+			return nil
+		})
+	})
+	b.Run("floor=chan", func(b *testing.B) {
+		token := make(chan struct{}, 1)
+		handoff(b, func(fn func()) error {
+			token <- struct{}{}
+			defer func() { <-token }()
 			fn()
 			return nil
 		})
@@ -92,27 +104,30 @@ func BenchmarkHandoff(b *testing.B) {
 const HandoffWaiters = 8
 
 // handoff runs b.N holds over HandoffWaiters+1 goroutines. Each holder
-// notes how long ago the previous holder ended its section, and marks its
-// own end just before leaving.
+// notes how long ago the previous holder ended its section, if that was
+// another goroutine, and marks its own end just before leaving.
 func handoff(b *testing.B, hold func(fn func()) error) {
 	var (
 		remaining atomic.Int64
-		ended     time.Time // written and read only inside the section
-		total     time.Duration
-		count     int64
-		wg        sync.WaitGroup
+		// Written and read only inside the section.
+		ended    time.Time
+		previous = -1
+		total    time.Duration
+		count    int64
+		wg       sync.WaitGroup
 	)
 	remaining.Store(int64(b.N))
 	b.ResetTimer()
-	for range HandoffWaiters + 1 {
+	for id := range HandoffWaiters + 1 {
 		wg.Go(func() {
 			for remaining.Add(-1) >= 0 {
 				err := hold(func() {
 					now := time.Now()
-					if !ended.IsZero() {
+					if previous != id && previous >= 0 {
 						total += now.Sub(ended)
 						count++
 					}
+					previous = id
 					ended = time.Now()
 				})
 				if err != nil {
@@ -126,4 +141,5 @@ func handoff(b *testing.B, hold func(fn func()) error) {
 	if count > 0 {
 		b.ReportMetric(float64(total.Nanoseconds())/float64(count), "ns/handoff")
 	}
+	b.ReportMetric(float64(count)/float64(b.N), "handoffs/op")
 }

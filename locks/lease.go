@@ -33,8 +33,8 @@ type Lease struct {
 func (l *Lease) Key() string { return l.key }
 
 // Fence returns the lease's fence: a number larger than every fence the
-// store handed out before, for this key and any other, across releases,
-// expiries and restarts; at most MaxFence. Send it with every write that
+// store handed out before for this key, across releases, expiries and
+// restarts; at most MaxFence. Send it with every write that
 // the lease protects and have the receiver refuse a fence lower than the
 // highest it has seen: a holder that paused past its lease (and lost it
 // without noticing in time) is then refused instead of overwriting the

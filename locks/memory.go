@@ -11,10 +11,11 @@ import (
 // sharing it exclude each other; other processes do not see it.
 //
 // Its clock is time.Now (or the one given to NewMemoryStoreClock). Fences
-// come from the wall clock: each is max(last+1, now in microseconds), so
-// they keep growing across restarts of the process as long as the clock
-// does not step back and acquisitions average under one per microsecond,
-// and reach MaxFence only in the year 2255.
+// are one counter for every key, seeded from the wall clock: each is
+// max(last+1, now in microseconds), so they keep growing across restarts
+// of the process as long as the clock does not step back and acquisitions
+// average under one per microsecond, and reach MaxFence only in the year
+// 2255.
 type MemoryStore struct {
 	now func() time.Time
 

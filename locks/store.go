@@ -48,8 +48,9 @@ type Store interface {
 	// Acquire takes the lock key for owner for ttl if no live lease holds
 	// it. Of any number of concurrent callers on a free or expired key
 	// exactly one gets ok. The fence is drawn atomically with the check: it
-	// is larger than every fence this store handed out before, for any key,
-	// and at most MaxFence.
+	// is larger than every fence this store handed out before for the key
+	// (across releases, expiries and restarts), and at most MaxFence; past
+	// that the store answers ErrFenceExhausted.
 	Acquire(ctx context.Context, key, owner string, ttl time.Duration) (fence int64, ok bool, err error)
 	// Renew extends owner's live lease on key to ttl from now (store
 	// time). It answers false, changing nothing, when owner does not hold a
@@ -61,7 +62,8 @@ type Store interface {
 
 	// AcquireSlot takes one of limit slots of the semaphore key for owner
 	// for ttl, if fewer than limit live slots are held. Of concurrent
-	// callers never more win than there are free slots. Fences as Acquire.
+	// callers never more win than there are free slots. Fences as Acquire:
+	// each larger than every earlier slot's fence of the key.
 	AcquireSlot(ctx context.Context, key, owner string, limit int, ttl time.Duration) (fence int64, ok bool, err error)
 	// RenewSlot extends owner's live slot of key, as Renew.
 	RenewSlot(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)

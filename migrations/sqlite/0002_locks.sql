@@ -2,18 +2,22 @@
 -- Times are integer milliseconds of the database's clock. Keys are BLOBs of
 -- their UTF-8 bytes, so they compare byte for byte: no collation, no case
 -- folding, no normalization, and an embedded NUL is kept.
+--
+-- Fences grow per key. A released lock keeps its row (expires_at = 0,
+-- free) with the fence it had, and the next acquisition of the key takes
+-- that fence + 1. Rows that are free or expired are deleted now and then
+-- (the sweep); a deleted row's fence raises lock_fence.floor first, and a
+-- key without a row starts from floor + 1. So every acquisition writes one
+-- row, as a bare INSERT would, and a key's fences still grow across
+-- releases, expiries, sweeps and restarts. CHECKs refuse to pass 2^53-1.
 
--- One counter for every fence this database hands out, locks and semaphore
--- slots alike: it survives restarts with the file, and its CHECK refuses
--- to pass 2^53-1.
 CREATE TABLE lock_fence (
     id    INTEGER PRIMARY KEY CHECK (id = 1),
-    value INTEGER NOT NULL CHECK (value BETWEEN 0 AND 9007199254740991)
+    floor INTEGER NOT NULL CHECK (floor BETWEEN 0 AND 9007199254740991)
 );
-INSERT INTO lock_fence (id, value) VALUES (1, 0);
+INSERT INTO lock_fence (id, floor) VALUES (1, 0);
 
--- A lock: at most one row per key. A row whose expires_at is not after now
--- is free to take (and to delete).
+-- A lock: one row per key. A row whose expires_at is not after now is free.
 CREATE TABLE locks (
     key        BLOB PRIMARY KEY,
     owner      TEXT NOT NULL,
@@ -21,27 +25,24 @@ CREATE TABLE locks (
     expires_at INTEGER NOT NULL
 ) WITHOUT ROWID;
 
--- A semaphore's slots: one row per holder.
+-- A semaphore's slots: rows numbered per key. An acquisition takes the
+-- lowest free or expired row of the key, or adds one past the highest, so
+-- a key has about as many rows as it ever had holders at once; its next
+-- fence is above every fence among them (and the floor).
 CREATE TABLE lock_slots (
     key        BLOB NOT NULL,
+    slot       INTEGER NOT NULL,
     owner      TEXT NOT NULL,
     fence      INTEGER NOT NULL CHECK (fence BETWEEN 1 AND 9007199254740991),
     expires_at INTEGER NOT NULL,
-    PRIMARY KEY (key, owner)
+    PRIMARY KEY (key, slot)
 ) WITHOUT ROWID;
 
--- An acquisition draws value + 1 in its own statement and these triggers
--- store it back in the same statement, so the check and the draw are one
--- atomic step. A refused acquisition writes nothing and draws nothing.
-CREATE TRIGGER locks_draw_fence_insert AFTER INSERT ON locks
+CREATE TRIGGER locks_keep_fence AFTER DELETE ON locks
 BEGIN
-    UPDATE lock_fence SET value = NEW.fence WHERE id = 1;
+    UPDATE lock_fence SET floor = OLD.fence WHERE id = 1 AND floor < OLD.fence;
 END;
-CREATE TRIGGER locks_draw_fence_update AFTER UPDATE OF fence ON locks
+CREATE TRIGGER lock_slots_keep_fence AFTER DELETE ON lock_slots
 BEGIN
-    UPDATE lock_fence SET value = NEW.fence WHERE id = 1;
-END;
-CREATE TRIGGER lock_slots_draw_fence AFTER INSERT ON lock_slots
-BEGIN
-    UPDATE lock_fence SET value = NEW.fence WHERE id = 1;
+    UPDATE lock_fence SET floor = OLD.fence WHERE id = 1 AND floor < OLD.fence;
 END;

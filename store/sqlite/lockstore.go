@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,15 +23,23 @@ import (
 // atomic on its own: SQLite runs one writer at a time, in this process
 // through the single write connection, across processes through the file
 // lock (waiting up to busy_timeout). An acquisition checks the key, draws
-// its fence from lock_fence and writes both in that one statement (the
-// fence goes back to the counter by trigger). Expiry is decided by the
-// database's clock, unixepoch('subsec') in milliseconds, read inside the
-// statement; TTLs are rounded up to whole milliseconds.
+// its fence and writes the lease in that one statement, one row written as
+// by a bare INSERT: a released lock keeps its row and fence, and the next
+// acquisition takes fence + 1 (migration 0002 tells how fences outlive the
+// rows swept away). Expiry is decided by the database's clock,
+// unixepoch('subsec') in milliseconds, read inside the statement; TTLs are
+// rounded up to whole milliseconds.
 //
 // Waiters in other processes are not notified: the engine polls (see
 // locks.PollInterval).
 type LockStore struct {
 	db *sql.DB
+
+	// Prepared on first use: parsing these statements (and coding their
+	// triggers) costs more than running them.
+	mu    sync.Mutex
+	stmts map[string]*sql.Stmt
+
 	// clock replaces the database's clock when set (tests stop it with
 	// this): milliseconds since the epoch.
 	clock func() int64
@@ -54,36 +63,99 @@ func nowSQL(n int) string {
 }
 
 var (
+	// A free key: a new row at floor + 1, or the key's row, free, takes
+	// its own fence + 1. A held key: no row changes and none returns.
 	acquireSQL = `INSERT INTO locks (key, owner, fence, expires_at)
-VALUES (?1, ?2, (SELECT value + 1 FROM lock_fence WHERE id = 1), ` + nowSQL(4) + ` + ?3)
-ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, fence = excluded.fence, expires_at = excluded.expires_at
+VALUES (?1, ?2, (SELECT floor + 1 FROM lock_fence WHERE id = 1), ` + nowSQL(4) + ` + ?3)
+ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, fence = locks.fence + 1, expires_at = excluded.expires_at
 WHERE locks.expires_at <= ` + nowSQL(4) + `
 RETURNING fence`
 	renewSQL = `UPDATE locks SET expires_at = ` + nowSQL(4) + ` + ?3
 WHERE key = ?1 AND owner = ?2 AND expires_at > ` + nowSQL(4)
-	releaseSQL = `DELETE FROM locks WHERE key = ?1 AND owner = ?2
-RETURNING expires_at > ` + nowSQL(3)
+	// A release frees the row and keeps it, with its fence.
+	releaseSQL = `UPDATE locks SET expires_at = 0
+WHERE key = ?1 AND owner = ?2 AND expires_at > ` + nowSQL(4)
 
-	acquireSlotSQL = `INSERT INTO lock_slots (key, owner, fence, expires_at)
-SELECT ?1, ?2, (SELECT value + 1 FROM lock_fence WHERE id = 1), ` + nowSQL(4) + ` + ?3
+	// A free slot: the key's lowest free row, else a new row past the
+	// highest. The live COUNT is the guard; the slot number only names
+	// the row. Every subquery reads the key's rows through the primary
+	// key (a key has about as many rows as it ever had holders at once).
+	acquireSlotSQL = `INSERT INTO lock_slots (key, slot, owner, fence, expires_at)
+SELECT ?1,
+    COALESCE(
+        (SELECT MIN(slot) FROM lock_slots WHERE key = ?1 AND expires_at <= ` + nowSQL(4) + `),
+        (SELECT COALESCE(MAX(slot), -1) + 1 FROM lock_slots WHERE key = ?1)),
+    ?2,
+    MAX((SELECT floor FROM lock_fence WHERE id = 1),
+        (SELECT COALESCE(MAX(fence), 0) FROM lock_slots WHERE key = ?1)) + 1,
+    ` + nowSQL(4) + ` + ?3
 WHERE (SELECT COUNT(*) FROM lock_slots WHERE key = ?1 AND expires_at > ` + nowSQL(4) + `) < ?5
+ON CONFLICT (key, slot) DO UPDATE SET owner = excluded.owner, fence = excluded.fence, expires_at = excluded.expires_at
+WHERE lock_slots.expires_at <= ` + nowSQL(4) + `
 RETURNING fence`
 	renewSlotSQL = `UPDATE lock_slots SET expires_at = ` + nowSQL(4) + ` + ?3
 WHERE key = ?1 AND owner = ?2 AND expires_at > ` + nowSQL(4)
-	releaseSlotSQL = `DELETE FROM lock_slots WHERE key = ?1 AND owner = ?2
-RETURNING expires_at > ` + nowSQL(3)
+	releaseSlotSQL = `UPDATE lock_slots SET expires_at = 0
+WHERE key = ?1 AND owner = ?2 AND expires_at > ` + nowSQL(4)
 
+	// The triggers raise the floor to each deleted fence.
 	sweepSQL = []string{
 		`DELETE FROM locks WHERE key IN
-    (SELECT key FROM locks WHERE expires_at <= ` + nowSQL(1) + ` LIMIT 256)`,
-		`DELETE FROM lock_slots WHERE (key, owner) IN
-    (SELECT key, owner FROM lock_slots WHERE expires_at <= ` + nowSQL(1) + ` LIMIT 256)`,
+    (SELECT key FROM locks WHERE expires_at <= ` + nowSQL(1) + ` LIMIT ` + sweepLimit + `)`,
+		`DELETE FROM lock_slots WHERE (key, slot) IN
+    (SELECT key, slot FROM lock_slots WHERE expires_at <= ` + nowSQL(1) + ` LIMIT ` + sweepLimit + `)`,
 	}
 )
 
-// sweepEvery is how many acquisitions pass between two sweeps of expired
-// rows left by holders that never released (their process died).
-const sweepEvery = 1024
+// sweepEvery is how many acquisitions pass between two sweeps of free and
+// expired rows; a sweep deletes up to sweepLimit rows of each table, more
+// than the acquisitions between two sweeps can free, so the tables stay
+// near the number of live leases.
+const (
+	sweepEvery = 1024
+	sweepLimit = "2048"
+)
+
+// stmt returns the prepared form of query, preparing it once. A failed
+// preparation is not kept: the next call tries again.
+func (s *LockStore) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.stmts[query]; st != nil {
+		return st, nil
+	}
+	st, err := s.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if s.stmts == nil {
+		s.stmts = make(map[string]*sql.Stmt)
+	}
+	s.stmts[query] = st
+	return st, nil
+}
+
+// queryRow runs a prepared query that answers at most one row.
+func (s *LockStore) queryRow(ctx context.Context, query string, dest any, args ...any) error {
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return err
+	}
+	return st.QueryRowContext(ctx, args...).Scan(dest)
+}
+
+// exec runs a prepared statement and answers how many rows it changed.
+func (s *LockStore) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return 0, err
+	}
+	res, err := st.ExecContext(ctx, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
 
 // now is the bound value of the time parameter: nil for the database's
 // clock.
@@ -100,7 +172,7 @@ func (s *LockStore) Acquire(ctx context.Context, key, owner string, ttl time.Dur
 		return 0, false, err
 	}
 	var fence int64
-	err := s.db.QueryRowContext(ctx, acquireSQL, []byte(key), owner, locks.TTLMillis(ttl), s.now()).Scan(&fence)
+	err := s.queryRow(ctx, acquireSQL, &fence, []byte(key), owner, locks.TTLMillis(ttl), s.now())
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -129,7 +201,7 @@ func (s *LockStore) AcquireSlot(ctx context.Context, key, owner string, limit in
 		return 0, false, err
 	}
 	var fence int64
-	err := s.db.QueryRowContext(ctx, acquireSlotSQL, []byte(key), owner, locks.TTLMillis(ttl), s.now(), limit).Scan(&fence)
+	err := s.queryRow(ctx, acquireSlotSQL, &fence, []byte(key), owner, locks.TTLMillis(ttl), s.now(), limit)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -150,32 +222,23 @@ func (s *LockStore) ReleaseSlot(ctx context.Context, key, owner string) (bool, e
 }
 
 func (s *LockStore) renew(ctx context.Context, op, query, key, owner string, ttl time.Duration) (bool, error) {
-	res, err := s.db.ExecContext(ctx, query, []byte(key), owner, locks.TTLMillis(ttl), s.now())
+	n, err := s.exec(ctx, query, []byte(key), owner, locks.TTLMillis(ttl), s.now())
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", op, interpretLock(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("%s: %w", op, err)
 	}
 	return n == 1, nil
 }
 
 func (s *LockStore) release(ctx context.Context, op, query, key, owner string) (bool, error) {
-	var live bool
-	err := s.db.QueryRowContext(ctx, query, []byte(key), owner, s.now()).Scan(&live)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
+	n, err := s.exec(ctx, query, []byte(key), owner, nil, s.now())
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", op, interpretLock(err))
 	}
-	return live, nil
+	return n == 1, nil
 }
 
-// maybeSweep deletes up to 256 expired rows of each table once every
-// sweepEvery acquisitions. An expired row is free already; deleting it
-// only keeps the tables small.
+// maybeSweep sweeps once every sweepEvery acquisitions. A free or
+// expired row is nobody's lease; deleting it only keeps the table small.
 func (s *LockStore) maybeSweep(ctx context.Context) error {
 	if s.acquisitions.Add(1)%sweepEvery != 0 {
 		return nil
@@ -185,7 +248,7 @@ func (s *LockStore) maybeSweep(ctx context.Context) error {
 
 func (s *LockStore) sweep(ctx context.Context) error {
 	for _, q := range sweepSQL {
-		if _, err := s.db.ExecContext(ctx, q, s.now()); err != nil {
+		if _, err := s.exec(ctx, q, s.now()); err != nil {
 			return fmt.Errorf("sweep expired locks: %w", err)
 		}
 	}
