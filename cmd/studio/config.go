@@ -200,7 +200,7 @@ func parseLevel(s string) (slog.Level, error) {
 // newLogger logs JSON, or text when w is a terminal.
 func newLogger(w io.Writer, level string) *slog.Logger {
 	l, _ := parseLevel(level)
-	opts := &slog.HandlerOptions{Level: l}
+	opts := &slog.HandlerOptions{Level: l, ReplaceAttr: readableDurations}
 	if f, ok := w.(*os.File); ok {
 		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 			return slog.New(slog.NewTextHandler(w, opts))

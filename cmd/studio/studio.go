@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"studio/httpapi"
+	"studio/metrics"
 	"studio/store"
 	"studio/store/postgres"
 	"studio/store/sqlite"
@@ -42,6 +43,7 @@ type Main struct {
 	ln        net.Listener
 	server    *http.Server
 	debug     *http.Server
+	metrics   *metrics.Metrics                  // served at /metrics, and on the debug listener
 	closers   []func(ctx context.Context) error // run in reverse order on Close
 	closeOnce sync.Once
 	closeErr  error
@@ -153,6 +155,9 @@ func (m *Main) startDebug() error {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if m.metrics != nil {
+		mux.Handle("GET /metrics", m.metrics.Handler()) // a worker process has no other listener
+	}
 	ln, err := net.Listen("tcp", m.Config.DebugAddr)
 	if err != nil {
 		return fmt.Errorf("listen on debug address %s: %w", m.Config.DebugAddr, err)

@@ -10,6 +10,7 @@ import (
 	"studio/httpapi"
 	"studio/intent"
 	"studio/locks"
+	"studio/metrics"
 	"studio/planner"
 	"studio/store/postgres"
 	"studio/store/sqlite"
@@ -21,6 +22,7 @@ type deps struct {
 	catalog *planner.Static
 	locks   *locks.Engine
 	service *intent.Service
+	metrics *metrics.Metrics
 	handler http.Handler
 }
 
@@ -45,21 +47,29 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	d.locks = locks.New(lockStore)
 	m.onClose(func(context.Context) error { return d.locks.Close() })
 
+	if d.metrics, err = m.newMetrics(); err != nil {
+		return nil, err
+	}
+	m.metrics = d.metrics
+
 	p := planner.New(d.catalog)
 	p.MaxTasks = cfg.MaxBatchTasks
 	d.service = &intent.Service{
-		Store:   m.store,
-		Planner: loggedPlanner{p, m.Logger},
-		Locker:  engineLocker{d.locks},
+		Store:   d.metrics.IntentStore(m.store),
+		Planner: d.metrics.Planner(loggedPlanner{p, m.Logger}),
+		Locker:  d.metrics.Locker("intent", engineLocker{d.locks}),
+		Observe: d.metrics.Intent,
 	}
 	if m.Mode != modeServe {
 		return d, nil
 	}
 	srv, err := httpapi.New(httpapi.Config{
-		Generations: d.service,
+		Generations: loggedService{d.service, m.Logger},
 		Store:       m.store,
 		Blobs:       m.blobs,
 		Logger:      m.Logger,
+		Metrics:     d.metrics.Handler(),
+		Observe:     observeRequests(d.metrics),
 	})
 	if err != nil {
 		return nil, err
