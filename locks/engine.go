@@ -300,7 +300,7 @@ func (e *Engine) acquire(ctx context.Context, t target, key string, s settings) 
 					return nil, err
 				case l != nil:
 					q.waiters.Remove(w.elem)
-					q.wakeFront() // a semaphore's next waiter may take another slot
+					q.wakeFront()               // a semaphore's next waiter may take another slot
 					return e.granted(ctx, q, l) // unlocks
 				case s.wait == 0:
 					e.leaveLocked(qk, q, w)
