@@ -18,21 +18,24 @@ import (
 // sequence lock_fence, so that every process using the same schema shares
 // them.
 //
-// A lock is one statement: INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE
-// the row has expired ... RETURNING fence. On a free key two racers both
-// insert; the unique index makes the second wait for the first and then
-// take the conflict path, where the WHERE is checked against the row the
-// first wrote (live: nothing changes, no row comes back). On an expired
-// key the conflict path locks the row and checks it, so exactly one racer
-// takes it. The fence is nextval of one sequence, larger than every fence
-// drawn before, for any key. Renew and Release are single compare-and-set
-// statements on the owner.
+// A lock is taken by one statement: INSERT ... ON CONFLICT (key) DO UPDATE
+// ... WHERE the row has expired ... RETURNING fence. On a free key two
+// racers both insert; the unique index makes the second wait for the first
+// and then take the conflict path, where the WHERE is checked against the
+// row the first wrote (live: nothing changes, no row comes back). On an
+// expired key the conflict path locks the row and checks it, so exactly
+// one racer takes it. The fence is nextval of one sequence. A sequence
+// never goes back, but a statement draws its value before it reaches the
+// key: a slow statement could take a key, freed since, with a value drawn
+// before another holder's. So the statement is sent after a
+// transaction-scoped advisory lock on the key, in the same round trip (an
+// implicit transaction): the acquisitions of a key draw in the order they
+// run, and each fence is larger than every fence the key had before.
+// Renew and Release are single compare-and-set statements on the owner.
 //
-// A semaphore slot needs "count the live slots, then insert": two
-// statements, sent in one round trip as an implicit transaction. The first
-// takes a transaction-scoped advisory lock on the semaphore's key, so the
-// second, whose snapshot starts after the lock is held, counts every slot
-// committed before it.
+// A semaphore slot needs "count the live slots, then insert"; the same
+// advisory lock (on the semaphore's key) makes it one step, since the
+// insert's snapshot starts after the lock is held.
 //
 // Expiry is decided by the database's clock, clock_timestamp(), read once
 // per statement (a test may fix it); TTLs keep microseconds, rounded up.
@@ -80,7 +83,7 @@ WHERE key = $1 AND owner = $2 AND expires_at > now.t`
 	releaseSQL = `DELETE FROM locks USING ` + nowSQL(3) + `
 WHERE key = $1 AND owner = $2 RETURNING expires_at > now.t`
 
-	slotLockSQL    = `SELECT pg_advisory_xact_lock($1)`
+	keyLockSQL     = `SELECT pg_advisory_xact_lock($1)`
 	acquireSlotSQL = `INSERT INTO lock_slots (key, owner, fence, expires_at)
 SELECT $1, $2, nextval('lock_fence'), now.t + $3::interval FROM ` + nowSQL(4) + `
 WHERE (SELECT count(*) FROM lock_slots s WHERE s.key = $1 AND s.expires_at > now.t) < $5
@@ -117,13 +120,38 @@ func (s *LockStore) Acquire(ctx context.Context, key, owner string, ttl time.Dur
 	if err := s.maybeSweep(ctx); err != nil {
 		return 0, false, err
 	}
+	fence, ok, err := s.keyed(ctx, "studio.lock:", key, acquireSQL, []byte(key), owner, ttlRoundUp(ttl), s.now())
+	if err != nil {
+		return 0, false, fmt.Errorf("acquire lock: %w", err)
+	}
+	return fence, ok, nil
+}
+
+// keyed runs an acquisition (a statement returning the fence drawn) after
+// a transaction-scoped advisory lock on the key, in one round trip as an
+// implicit transaction. The lock orders every acquisition of the key, so
+// their fences are drawn from the sequence in the order they succeed: a
+// statement that drew a smaller fence cannot take the key after one that
+// drew a larger. For a semaphore it also makes "count the live slots, then
+// insert" one step: the insert's snapshot starts after the lock is held.
+func (s *LockStore) keyed(ctx context.Context, space, key, query string, args ...any) (int64, bool, error) {
+	var b pgx.Batch
+	b.Queue(keyLockSQL, lockKey(space+s.schema+":"+key))
+	b.Queue(query, args...)
+	res := s.pool.SendBatch(ctx, &b)
 	var fence int64
-	err := s.pool.QueryRow(ctx, acquireSQL, []byte(key), owner, ttlRoundUp(ttl), s.now()).Scan(&fence)
+	_, err := res.Exec()
+	if err == nil {
+		err = res.QueryRow().Scan(&fence)
+	}
+	if cerr := res.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("acquire lock: %w", interpretLock(err))
+		return 0, false, interpretLock(err)
 	}
 	return fence, true, nil
 }
@@ -146,25 +174,11 @@ func (s *LockStore) AcquireSlot(ctx context.Context, key, owner string, limit in
 	if err := s.maybeSweep(ctx); err != nil {
 		return 0, false, err
 	}
-	var b pgx.Batch
-	b.Queue(slotLockSQL, lockKey("studio.slot:"+s.schema+":"+key))
-	b.Queue(acquireSlotSQL, []byte(key), owner, ttlRoundUp(ttl), s.now(), limit)
-	res := s.pool.SendBatch(ctx, &b)
-	var fence int64
-	_, err := res.Exec()
-	if err == nil {
-		err = res.QueryRow().Scan(&fence)
-	}
-	if cerr := res.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
+	fence, ok, err := s.keyed(ctx, "studio.slot:", key, acquireSlotSQL, []byte(key), owner, ttlRoundUp(ttl), s.now(), limit)
 	if err != nil {
-		return 0, false, fmt.Errorf("acquire slot: %w", interpretLock(err))
+		return 0, false, fmt.Errorf("acquire slot: %w", err)
 	}
-	return fence, true, nil
+	return fence, ok, nil
 }
 
 // RenewSlot implements locks.Store.

@@ -214,3 +214,71 @@ func TestLockStoreRefusesBadLimit(t *testing.T) {
 		t.Fatalf("AcquireSlot with limit 0: %v", err)
 	}
 }
+
+// TestLockFenceOrderWithASlowStatement: an acquisition draws its fence
+// from the sequence before its row reaches the key. A trigger (test only)
+// makes one acquisition sleep between the two; another acquisition of the
+// same key meanwhile must not be handed a larger fence and then be followed
+// by the slow one with its smaller fence.
+func TestLockFenceOrderWithASlowStatement(t *testing.T) {
+	t.Parallel()
+	_, schema := pgtest.Schema(t)
+	db := openLockDB(t, pgtest.URL(t), schema)
+	ctx := t.Context()
+	if _, err := db.Pool().Exec(ctx, `CREATE FUNCTION slow_lock() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.owner LIKE 'slow%' THEN PERFORM pg_sleep(0.3); END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER slow_lock BEFORE INSERT ON locks FOR EACH ROW EXECUTE FUNCTION slow_lock();
+		CREATE TRIGGER slow_slot BEFORE INSERT ON lock_slots FOR EACH ROW EXECUTE FUNCTION slow_lock();`); err != nil {
+		t.Fatal(err)
+	}
+	s := NewLockStore(db)
+	type result struct {
+		fence int64
+		ok    bool
+		err   error
+	}
+	for _, sp := range []struct {
+		name    string
+		acquire func(owner string) (int64, bool, error)
+		release func(owner string) (bool, error)
+	}{
+		{"lock", func(o string) (int64, bool, error) { return s.Acquire(ctx, "k", o, time.Hour) },
+			func(o string) (bool, error) { return s.Release(ctx, "k", o) }},
+		{"slot", func(o string) (int64, bool, error) { return s.AcquireSlot(ctx, "k", o, 1, time.Hour) },
+			func(o string) (bool, error) { return s.ReleaseSlot(ctx, "k", o) }},
+	} {
+		slow := make(chan result, 1)
+		go func() {
+			f, ok, err := sp.acquire("slow")
+			slow <- result{f, ok, err}
+		}()
+		time.Sleep(100 * time.Millisecond) // the slow one has drawn and sleeps
+		fast, fastOK, err := sp.acquire("fast")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fastOK {
+			if _, err := sp.release("fast"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := <-slow
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if fastOK && r.ok && r.fence <= fast {
+			t.Fatalf("%s: fence %d taken after fence %d of the same key", sp.name, r.fence, fast)
+		}
+		if !fastOK && !r.ok {
+			t.Fatalf("%s: neither acquisition of a free key succeeded", sp.name)
+		}
+		if r.ok {
+			if _, err := sp.release("slow"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
