@@ -19,6 +19,12 @@ type Service struct {
 	Store   IntentStore
 	Planner Planner
 	Locker  Locker
+	// Publications reads what CreatePublication needs; without it the
+	// service creates generations only.
+	Publications PublicationStore
+	// Channels are the publication channels carried out here; a
+	// publication to another is refused. Empty means the gallery only.
+	Channels []string
 	// Now is the clock for record times; time.Now by default.
 	Now func() time.Time
 	// Observe, when set, is told the outcome of every intent (for metrics

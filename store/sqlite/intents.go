@@ -39,9 +39,6 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 	if (in.Batch == nil) == (in.Publication == nil) {
 		return intent.Binding{}, false, fmt.Errorf("create intent: exactly one of batch or publication")
 	}
-	if in.Publication != nil {
-		return intent.Binding{}, false, fmt.Errorf("create intent: publications are not supported by this store yet")
-	}
 	b := in.Binding
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
@@ -68,7 +65,12 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 		VALUES (?, ?, ?, ?, ?, ?)`, b.Actor, b.RequestID, b.Operation, b.Fingerprint, b.ResourceID, now); err != nil {
 		return intent.Binding{}, false, fmt.Errorf("create intent: bind: %w", interpret(err))
 	}
-	if err := insertBatch(ctx, tx, b, in.Batch); err != nil {
+	if in.Batch != nil {
+		err = insertBatch(ctx, tx, b, in.Batch)
+	} else {
+		err = insertPublication(ctx, tx, b, in.Publication)
+	}
+	if err != nil {
 		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
 	}
 	if err := tx.Commit(); err != nil {

@@ -55,6 +55,22 @@ func Run(t *testing.T, h Harness) {
 		{"MaxAttemptsKeepsTheError", testMaxAttempts},
 		{"ReleaseKeepsTheStep", testRelease},
 		{"CountsConsistentUnderChurn", testCountsUnderChurn},
+		{"UploadKeyReplayAndConflict", testUploadKeyReplayAndConflict},
+		{"UploadWithoutKey", testUploadWithoutKey},
+		{"UploadKeysPerActor", testUploadKeysPerActor},
+		{"UploadConcurrentSameKey", testUploadConcurrentSameKey},
+		{"UploadRejectsTaskAssets", testUploadRejectsTaskAssets},
+		{"PublicationCreateThenReplay", testPublicationCreateThenReplay},
+		{"PublicationConflicts", testPublicationConflicts},
+		{"PublicationFailingItemLeavesNothing", testPublicationRollback},
+		{"PublicationAssetRules", testPublicationAssetRules},
+		{"PublicationActorScoping", testPublicationActorScoping},
+		{"ItemLeases", testItemLeases},
+		{"ItemExpiry", testItemExpiry},
+		{"ItemFailures", testItemFailures},
+		{"ItemExpiredOutOfAttempts", testItemExpiredOutOfAttempts},
+		{"ItemRelease", testItemRelease},
+		{"RacingItemClaimsNeverShareAnItem", testRacingItemClaims},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
