@@ -51,12 +51,12 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 	if (in.Batch == nil) == (in.Publication == nil) {
 		return intent.Binding{}, false, fmt.Errorf("create intent: exactly one of batch or publication")
 	}
-	if in.Publication != nil {
-		return intent.Binding{}, false, fmt.Errorf("create intent: publications are not supported by this store yet")
-	}
 	b := in.Binding
 	b.CreatedAt = stamp(b.CreatedAt)
-	rows := taskRows(b.Actor, in.Batch) // encoded before BEGIN
+	var rows [][]any
+	if in.Batch != nil {
+		rows = taskRows(b.Actor, in.Batch) // encoded before BEGIN
+	}
 
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -81,7 +81,12 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 		}
 		return found, false, nil
 	}
-	if err := insertBatch(ctx, tx, b, in.Batch, rows); err != nil {
+	if in.Batch != nil {
+		err = insertBatch(ctx, tx, b, in.Batch, rows)
+	} else {
+		err = insertPublication(ctx, tx, b, in.Publication)
+	}
+	if err != nil {
 		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -274,15 +279,22 @@ func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch
 
 // GetAsset reads one of the actor's assets.
 func (s *Store) GetAsset(ctx context.Context, actor, id string) (intent.Asset, error) {
+	return getAsset(ctx, s.pool, actor, id)
+}
+
+const assetColumns = `id, actor, task_id, sha256, content_type, size, width, height, created_at`
+
+func scanAsset(r pgx.Row) (intent.Asset, error) {
 	var a intent.Asset
-	err := s.pool.QueryRow(ctx, `SELECT id, actor, task_id, sha256, content_type, size, width, height, created_at
-		FROM assets WHERE id = $1 AND actor = $2`, id, actor).
-		Scan(&a.ID, &a.Actor, &a.TaskID, &a.SHA256, &a.ContentType, &a.Size, &a.Width, &a.Height, &a.CreatedAt)
-	if err != nil {
+	if err := r.Scan(&a.ID, &a.Actor, &a.TaskID, &a.SHA256, &a.ContentType, &a.Size, &a.Width, &a.Height, &a.CreatedAt); err != nil {
 		return intent.Asset{}, interpret(err)
 	}
 	a.CreatedAt = a.CreatedAt.UTC()
 	return a, nil
+}
+
+func getAsset(ctx context.Context, q querier, actor, id string) (intent.Asset, error) {
+	return scanAsset(q.QueryRow(ctx, `SELECT `+assetColumns+` FROM assets WHERE id = $1 AND actor = $2`, id, actor))
 }
 
 // CreateToken stores a token hash for an actor.

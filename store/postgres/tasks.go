@@ -127,7 +127,8 @@ type taskTx struct {
 	tx     pgx.Tx
 	now    time.Time // database clock
 	wall   time.Time // s.now()
-	deltas deltas
+	deltas deltas    // batches' counts
+	pubs   pubDeltas // publications' counts
 }
 
 func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
@@ -135,7 +136,7 @@ func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &taskTx{tx: tx, wall: stamp(s.now()), deltas: deltas{}}
+	t := &taskTx{tx: tx, wall: stamp(s.now()), deltas: deltas{}, pubs: pubDeltas{}}
 	if err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t.now); err != nil {
 		tx.Rollback(ctx)
 		return nil, fmt.Errorf("read database clock: %w", err)
@@ -145,6 +146,9 @@ func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
 
 func (t *taskTx) commit(ctx context.Context) error {
 	if err := t.deltas.apply(ctx, t.tx, t.wall); err != nil {
+		return err
+	}
+	if err := t.pubs.apply(ctx, t.tx, t.wall); err != nil {
 		return err
 	}
 	return t.tx.Commit(ctx)
@@ -667,15 +671,7 @@ func (s *Store) ReleaseTasks(ctx context.Context, leases []store.Lease) ([]error
 
 // AssetForTask reads the asset stored for a task.
 func (s *Store) AssetForTask(ctx context.Context, taskID string) (intent.Asset, error) {
-	var a intent.Asset
-	err := s.pool.QueryRow(ctx, `SELECT id, actor, task_id, sha256, content_type, size, width, height, created_at
-		FROM assets WHERE task_id = $1`, taskID).
-		Scan(&a.ID, &a.Actor, &a.TaskID, &a.SHA256, &a.ContentType, &a.Size, &a.Width, &a.Height, &a.CreatedAt)
-	if err != nil {
-		return intent.Asset{}, interpret(err)
-	}
-	a.CreatedAt = a.CreatedAt.UTC()
-	return a, nil
+	return scanAsset(s.pool.QueryRow(ctx, `SELECT `+assetColumns+` FROM assets WHERE task_id = $1`, taskID))
 }
 
 // BlobInUse says whether an asset names the bytes of sha256.
