@@ -47,14 +47,14 @@
 //
 // In the store, per key (a semaphore has up to N leases per key):
 //
-//	               Acquire (fence = next)
-//	    ┌──────┐ ────────────────────────► ┌─────────────────────────┐
-//	    │ free │                           │ held(owner, fence, exp) │ ◄─┐ Renew by owner,
-//	    └──────┘ ◄──────────────────────── └─────────────────────────┘ ──┘ before exp:
-//	             Release by owner                   │                        exp = now + ttl
-//	        ▲                                        │ store clock reaches exp
-//	        └────────────────────────────────────────┘ (expired = free: Renew and
-//	                                                    Release by the old owner fail)
+//	           Acquire (fence = next)
+//	┌──────┐ ────────────────────────► ┌─────────────────────────┐
+//	│ free │                           │ held(owner, fence, exp) │ ◄─┐ Renew by owner,
+//	└──────┘ ◄──────────────────────── └─────────────────────────┘ ──┘ before exp:
+//	         Release by owner                   │                        exp = now + ttl
+//	    ▲                                        │ store clock reaches exp
+//	    └────────────────────────────────────────┘ (expired = free: Renew and
+//	                                                Release by the old owner fail)
 //
 // In the engine, per Hold call:
 //
