@@ -33,6 +33,9 @@ type Limits struct {
 	GenerationBody int64
 	// ReadyTimeout bounds the database check of GET /readyz; 2s by default.
 	ReadyTimeout time.Duration
+	// UploadBody is the largest POST /v1/uploads body in bytes; 20 MiB by
+	// default. (POST /v1/publications takes GenerationBody.)
+	UploadBody int64
 }
 
 // Default limits.
@@ -50,6 +53,14 @@ type Config struct {
 	// Blobs serves asset bytes; without it GET /v1/assets/{id}/content
 	// answers 503.
 	Blobs Blobs
+	// Uploads runs POST /v1/uploads; without it the route answers 503.
+	Uploads Uploads
+	// UploadDir holds upload bodies while they are checked; the system's
+	// temporary directory when empty.
+	UploadDir string
+	// Publications runs POST /v1/publications and GET
+	// /v1/publications/{id}; without it they answer 503.
+	Publications Publications
 	// Logger receives one line per request and the details of internal
 	// errors; slog.Default() when nil.
 	Logger *slog.Logger
@@ -80,14 +91,17 @@ type RequestRecord struct {
 
 // Server is studio's HTTP API.
 type Server struct {
-	gens    Generations
-	store   store.Store
-	blobs   Blobs
-	log     *slog.Logger
-	limits  Limits
-	metrics http.Handler
-	observe func(RequestRecord)
-	router  *chi.Mux
+	gens      Generations
+	store     store.Store
+	blobs     Blobs
+	uploads   Uploads
+	uploadDir string
+	pubs      Publications
+	log       *slog.Logger
+	limits    Limits
+	metrics   http.Handler
+	observe   func(RequestRecord)
+	router    *chi.Mux
 }
 
 // New returns a Server for cfg.
@@ -107,14 +121,20 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Limits.ReadyTimeout <= 0 {
 		cfg.Limits.ReadyTimeout = DefaultReadyTimeout
 	}
+	if cfg.Limits.UploadBody <= 0 {
+		cfg.Limits.UploadBody = intent.MaxUploadBytes
+	}
 	s := &Server{
-		gens:    cfg.Generations,
-		store:   cfg.Store,
-		blobs:   cfg.Blobs,
-		log:     cfg.Logger,
-		limits:  cfg.Limits,
-		metrics: cfg.Metrics,
-		observe: cfg.Observe,
+		gens:      cfg.Generations,
+		store:     cfg.Store,
+		blobs:     cfg.Blobs,
+		uploads:   cfg.Uploads,
+		uploadDir: cfg.UploadDir,
+		pubs:      cfg.Publications,
+		log:       cfg.Logger,
+		limits:    cfg.Limits,
+		metrics:   cfg.Metrics,
+		observe:   cfg.Observe,
 	}
 	if err := checkOpenAPI(); err != nil {
 		return nil, fmt.Errorf("new http api: %w", err)
@@ -153,6 +173,9 @@ func (s *Server) routes() *chi.Mux {
 		r.Post("/batches/{id}/cancel", s.cancelBatch)
 		r.Get("/assets/{id}", s.getAsset)
 		r.Get("/assets/{id}/content", s.getAssetContent)
+		r.Post("/uploads", s.createUpload)
+		r.Post("/publications", s.createPublication)
+		r.Get("/publications/{id}", s.getPublication)
 	})
 	return r
 }
