@@ -6,6 +6,7 @@
 //	studio worker                        workers only, on the same database
 //	studio migrate                       apply migrations and exit
 //	studio token create --actor NAME     print a new API token for NAME
+//	studio bench                         measure this machine (see docs/bench.md)
 //
 // Run "studio help" or "studio COMMAND -h" for the flags.
 package main
@@ -28,6 +29,7 @@ Usage:
   studio worker   [flags]               workers only, as a separate process on the same database
   studio migrate  [flags]               apply database migrations and exit
   studio token create --actor NAME      print a new API token for NAME
+  studio bench    [flags]               measure this machine: each operation beside its floor
   studio help                           this text
 
 Every flag has an environment variable (shown in "studio COMMAND -h"); a
@@ -61,6 +63,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runMigrate(ctx, args[1:], stdout, stderr)
 	case "token":
 		err = runToken(ctx, args[1:], stdout, stderr)
+	case "bench":
+		err = runBench(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestBenchJSON runs `studio bench --json` with tiny sizes and checks the
+// shape of every line: the fields, their types, the floors where an
+// operation has one, and storm_64's one plan per round.
+func TestBenchJSON(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	args := []string{"bench", "--data", t.TempDir(), "--json", "--n", "4",
+		"--ops", "lock_handoff,commit_12,replay,storm_64,http_replay,lock_hold"}
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	want := []string{"commit_12", "replay", "storm_64", "http_replay", "lock_hold_memory", "lock_hold_db", "lock_handoff_memory", "lock_handoff_db"}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), stdout.String())
+	}
+	noFloor := []string{"storm_64", "lock_handoff_memory", "lock_handoff_db"}
+	for i, line := range lines {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %d is not JSON: %q", i, line)
+		}
+		if r["op"] != want[i] {
+			t.Errorf("line %d: op %v, want %s", i, r["op"], want[i])
+		}
+		for _, k := range []string{"op", "n", "median_us", "p99_us", "per_s", "floor_median_us", "ratio"} {
+			if _, ok := r[k]; !ok {
+				t.Errorf("%s: no %q", want[i], k)
+			}
+		}
+		for k := range r {
+			if !slices.Contains([]string{"op", "n", "median_us", "p99_us", "per_s", "floor_median_us", "ratio", "floor_per_s", "plans_per_round"}, k) {
+				t.Errorf("%s: unexpected field %q", want[i], k)
+			}
+		}
+		if n, _ := r["n"].(float64); n != 4 {
+			t.Errorf("%s: n = %v, want 4", want[i], r["n"])
+		}
+		med, _ := r["median_us"].(float64)
+		p99, _ := r["p99_us"].(float64)
+		perS, _ := r["per_s"].(float64)
+		if med <= 0 || p99 < med || perS <= 0 {
+			t.Errorf("%s: median %v, p99 %v, per_s %v", want[i], r["median_us"], r["p99_us"], r["per_s"])
+		}
+		if slices.Contains(noFloor, want[i]) {
+			if r["floor_median_us"] != nil || r["ratio"] != nil {
+				t.Errorf("%s has no floor, but answers %v, %v", want[i], r["floor_median_us"], r["ratio"])
+			}
+		} else {
+			floor, _ := r["floor_median_us"].(float64)
+			ratio, _ := r["ratio"].(float64)
+			if floor <= 0 || ratio <= 0 {
+				t.Errorf("%s: floor %v, ratio %v", want[i], r["floor_median_us"], r["ratio"])
+			}
+		}
+		switch want[i] {
+		case "storm_64":
+			if r["plans_per_round"] != 1.0 {
+				t.Errorf("storm_64: plans per round %v, want 1", r["plans_per_round"])
+			}
+		case "http_replay":
+			if fp, _ := r["floor_per_s"].(float64); fp <= 0 {
+				t.Errorf("http_replay: floor_per_s %v", r["floor_per_s"])
+			}
+		}
+		if !strings.Contains(stderr.String(), want[i]+": median") {
+			t.Errorf("no progress line for %s:\n%s", want[i], stderr.String())
+		}
+	}
+}
+
+// TestBenchTableAndOps: the table has its header and one row per
+// operation; an unknown operation is a usage error.
+func TestBenchTableAndOps(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "--n", "2", "--ops", "lock_hold_memory,storm"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	rows := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(rows) != 3 || !strings.HasPrefix(rows[0], "op ") || !strings.Contains(rows[0], "floor median") ||
+		!strings.HasPrefix(rows[1], "storm_64 ") || !strings.HasPrefix(rows[2], "lock_hold_memory ") {
+		t.Fatalf("table:\n%s", stdout.String())
+	}
+	if !strings.Contains(rows[1], "1 plan/round") {
+		t.Errorf("storm row: %q", rows[1])
+	}
+	stderr.Reset()
+	if code := run(context.Background(), []string{"bench", "--ops", "commit,nope"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `no operation "nope"`) {
+		t.Fatalf("unknown op: exit %d, %q", code, stderr.String())
+	}
+	for list, want := range map[string]int{"": len(benchOps), "commit": 3, "lock_hold,commit_600": 3, "drain": 2, "replay": 1} {
+		ops, err := selectOps(list)
+		if err != nil || len(ops) != want {
+			t.Errorf("selectOps(%q): %d ops, %v; want %d", list, len(ops), err, want)
+		}
+	}
+}
