@@ -29,10 +29,14 @@ type Engine struct {
 	mu     sync.Mutex
 	queues map[queueKey]*queue
 	spare  *queue // a dropped queue, kept for the next key
-	leases map[*Lease]struct{}
+	active *Lease // running leases, linked through prev and next
 	closed bool
 	done   chan struct{} // closed by Close
 	holds  sync.WaitGroup
+
+	renewals   renewHeap   // running leases by next renewal
+	renewTimer *time.Timer // fires at armedAt (zero: not armed)
+	armedAt    time.Time
 }
 
 // New returns an engine over store. The options become the defaults of
@@ -42,7 +46,6 @@ func New(store Store, opts ...Option) *Engine {
 		store:    store,
 		defaults: defaultSettings().with(opts),
 		queues:   make(map[queueKey]*queue),
-		leases:   make(map[*Lease]struct{}),
 		done:     make(chan struct{}),
 	}
 }
@@ -79,14 +82,17 @@ func (e *Engine) Close() error {
 	if !e.closed {
 		e.closed = true
 		close(e.done)
-		for l := range e.leases {
-			if l.cancel != nil {
-				l.cancel(ErrClosed)
-			}
+		for l := e.active; l != nil; l = l.next {
+			l.cancel(ErrClosed)
 		}
 	}
 	e.mu.Unlock()
 	e.holds.Wait()
+	e.mu.Lock()
+	if e.renewTimer != nil {
+		e.renewTimer.Stop()
+	}
+	e.mu.Unlock()
 	return nil
 }
 
@@ -367,7 +373,7 @@ func (e *Engine) try(ctx context.Context, t target, key string, s settings) (*Le
 	}
 	return &Lease{
 		key: key, owner: owner, fence: fence, t: t, ttl: s.ttl,
-		base: base, expires: sent.Add(s.ttl),
+		base: base, expires: sent.Add(s.ttl), idx: -1,
 	}, nil
 }
 
@@ -428,7 +434,17 @@ func (e *Engine) drop(qk queueKey, q *queue) {
 func (e *Engine) release(l *Lease) error {
 	_, err := l.t.release(l.base, e.store, l.key, l.owner)
 	e.mu.Lock()
-	delete(e.leases, l)
+	if l.cancel != nil { // it ran: take it off the running list
+		if l.prev != nil {
+			l.prev.next = l.next
+		} else {
+			e.active = l.next
+		}
+		if l.next != nil {
+			l.next.prev = l.prev
+		}
+		l.prev, l.next = nil, nil
+	}
 	l.q.held--
 	l.q.wakeFront()
 	e.drop(l.qk, l.q)
@@ -447,12 +463,16 @@ func (e *Engine) run(ctx context.Context, l *Lease, fn func(context.Context, *Le
 	}
 	e.mu.Lock()
 	l.cancel = cancel
-	e.leases[l] = struct{}{}
+	l.next = e.active
+	if e.active != nil {
+		e.active.prev = l
+	}
+	e.active = l
 	if e.closed {
 		cancel(ErrClosed)
 	}
+	e.schedule(l, l.expires.Add(l.ttl/3-l.ttl)) // sent + ttl/3
 	e.mu.Unlock()
-	r := startRenewal(e.store, l, cancel)
 
 	returned := false
 	defer func() {
@@ -462,7 +482,7 @@ func (e *Engine) run(ctx context.Context, l *Lease, fn func(context.Context, *Le
 		if fctx.Err() != nil {
 			cause = context.Cause(fctx)
 		}
-		lost := r.stop()
+		lost := e.stopRenewal(l)
 		cancel(errReleased)
 		rerr := e.release(l)
 		if !returned {

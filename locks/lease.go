@@ -1,8 +1,8 @@
 package locks
 
 import (
+	"container/heap"
 	"context"
-	"sync"
 	"time"
 )
 
@@ -16,17 +16,27 @@ type Lease struct {
 	ttl   time.Duration
 	base  context.Context // the hold's context without its cancel: values for store calls
 
+	// The rest is the engine's, under its mutex.
+
 	// expires is when the lease ends at the latest by this process's clock:
-	// the time the acquisition was sent plus the TTL. The store started
-	// counting no earlier, so its own expiry is not before this.
+	// when the last successful acquisition or renewal was sent, plus the
+	// TTL. The store started counting no earlier, so its own expiry is not
+	// before this.
 	expires time.Time
+	cancel  context.CancelCauseFunc // ends fn's context
+	q       *queue
+	qk      queueKey
 
-	// Set by the engine under its mutex.
-	cancel context.CancelCauseFunc
-	qk     queueKey
-	q      *queue
+	prev, next *Lease // in the engine's list of running leases
 
-	r renewal
+	due      time.Time // of the next renewal
+	idx      int       // in the engine's renewal heap; -1 when not in it
+	renewing bool      // a renewal is in flight
+	stopped  bool      // fn returned: no more renewals
+	cancelOp context.CancelFunc
+	idle     chan struct{} // closed when the renewal in flight ends, after a stop
+	lastErr  error         // of the last failed renewal
+	lost     *LeaseLostError
 }
 
 // Key returns the key held.
@@ -34,109 +44,173 @@ func (l *Lease) Key() string { return l.key }
 
 // Fence returns the lease's fence: a number larger than every fence the
 // store handed out before for this key, across releases, expiries and
-// restarts; at most MaxFence. Send it with every write that
-// the lease protects and have the receiver refuse a fence lower than the
-// highest it has seen: a holder that paused past its lease (and lost it
-// without noticing in time) is then refused instead of overwriting the
-// work of the next holder.
+// restarts; at most MaxFence. Send it with every write that the lease
+// protects and have the receiver refuse a fence lower than the highest it
+// has seen: a holder that paused past its lease (and lost it without
+// noticing in time) is then refused instead of overwriting the work of the
+// next holder.
 func (l *Lease) Fence() int64 { return l.fence }
 
-// renewal renews one lease every ttl/3 on a timer, one renewal at a time:
-// the next timer is armed only after a renewal returned. No goroutine
-// exists between renewals.
-type renewal struct {
-	store  Store
-	l      *Lease
-	cancel context.CancelCauseFunc // ends fn's context when the lease is lost
+// Renewals. The engine keeps its running leases in a heap by the time of
+// their next renewal and one timer for the earliest; the timer's callback
+// starts a goroutine per lease due, which renews it once and puts it back
+// in the heap. So a lease is renewed every ttl/3, one renewal at a time,
+// and a hold that ends before its first renewal costs a heap push and
+// remove, no timer and no goroutine.
 
-	mu       sync.Mutex
-	timer    *time.Timer
-	expires  time.Time // local bound of the lease, see Lease.expires
-	lastErr  error     // of the last failed renewal
-	stopped  bool
-	running  bool               // a renewal is in flight
-	cancelOp context.CancelFunc // ends the renewal in flight
-	idle     chan struct{}      // closed when the renewal in flight ends, after stop
-	lost     *LeaseLostError
+// renewHeap orders leases by their next renewal.
+type renewHeap []*Lease
+
+func (h renewHeap) Len() int           { return len(h) }
+func (h renewHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h renewHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *renewHeap) Push(x any) {
+	l := x.(*Lease)
+	l.idx = len(*h)
+	*h = append(*h, l)
+}
+func (h *renewHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	l.idx = -1
+	return l
 }
 
-// startRenewal starts renewing l; the renewal lives inside the lease.
-func startRenewal(s Store, l *Lease, cancel context.CancelCauseFunc) *renewal {
-	r := &l.r
-	r.mu.Lock()
-	r.store, r.l, r.cancel, r.expires = s, l, cancel, l.expires
-	r.timer = time.AfterFunc(l.ttl/3, r.fire)
-	r.mu.Unlock()
-	return r
+// schedule queues l's next renewal at due. e.mu is held.
+func (e *Engine) schedule(l *Lease, due time.Time) {
+	l.due = due
+	heap.Push(&e.renewals, l)
+	if e.armedAt.IsZero() || due.Before(e.armedAt) {
+		e.arm(due)
+	}
 }
 
-func (r *renewal) fire() {
-	r.mu.Lock()
-	if r.stopped {
-		r.mu.Unlock()
+// arm sets the renewal timer to fire at due. e.mu is held.
+func (e *Engine) arm(due time.Time) {
+	d := time.Until(due)
+	if e.renewTimer == nil {
+		e.renewTimer = time.AfterFunc(d, e.renewDue)
+	} else {
+		e.renewTimer.Reset(d)
+	}
+	e.armedAt = due
+}
+
+// renewDue runs when the renewal timer fires: it starts the renewals due
+// and sets the timer for the next.
+func (e *Engine) renewDue() {
+	e.mu.Lock()
+	e.armedAt = time.Time{}
+	now := time.Now()
+	var due []*Lease
+	for len(e.renewals) > 0 && !e.renewals[0].due.After(now) {
+		l := heap.Pop(&e.renewals).(*Lease)
+		l.renewing = true
+		due = append(due, l)
+	}
+	if len(e.renewals) > 0 {
+		e.arm(e.renewals[0].due)
+	}
+	e.mu.Unlock()
+	for _, l := range due {
+		go e.renew(l)
+	}
+}
+
+// renew renews l once and schedules the next renewal, or declares the
+// lease lost.
+func (e *Engine) renew(l *Lease) {
+	e.mu.Lock()
+	if l.stopped {
+		e.renewed(l)
+		e.mu.Unlock()
 		return
 	}
 	sent := time.Now()
-	if !sent.Before(r.expires) {
-		// Renewals failed until the lease ran out: a lease that ran out is
-		// never renewed.
-		r.lose(r.lastErr)
-		r.mu.Unlock()
+	if !sent.Before(l.expires) {
+		// Renewals failed until the lease ran out: a lease that ran out
+		// is never renewed.
+		e.lose(l, l.lastErr)
+		e.renewed(l)
+		e.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithDeadline(r.l.base, r.expires)
-	r.running, r.cancelOp = true, cancel
-	r.mu.Unlock()
+	ctx, cancel := context.WithDeadline(l.base, l.expires)
+	l.cancelOp = cancel
+	e.mu.Unlock()
 
-	ok, err := r.l.t.renew(ctx, r.store, r.l.key, r.l.owner, r.l.ttl)
+	ok, err := l.t.renew(ctx, e.store, l.key, l.owner, l.ttl)
 	cancel()
 
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.running, r.cancelOp = false, nil
-	if r.stopped {
-		if r.idle != nil {
-			close(r.idle)
-		}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l.cancelOp = nil
+	if err == nil && !ok {
+		e.lose(l, nil) // even after a stop: fn may have run past its lease
+	}
+	if l.stopped || l.lost != nil {
+		e.renewed(l)
 		return
 	}
-	switch {
-	case err == nil && ok:
+	l.renewing = false
+	if err == nil {
 		// The next renewal is due ttl/3 after this one was sent, however
 		// long it took to answer.
-		r.expires, r.lastErr = sent.Add(r.l.ttl), nil
-		r.timer.Reset(time.Until(sent.Add(r.l.ttl / 3)))
-	case err == nil:
-		r.lose(nil)
-	default:
-		// Try again soon, but never past the lease's end: the check at the
-		// top then declares it lost.
-		r.lastErr = err
-		r.timer.Reset(min(max(r.l.ttl/10, time.Millisecond), time.Until(r.expires)))
+		l.expires, l.lastErr = sent.Add(l.ttl), nil
+		e.schedule(l, sent.Add(l.ttl/3))
+		return
+	}
+	// Try again soon, but never past the lease's end: the check at the
+	// top then declares it lost.
+	l.lastErr = err
+	e.schedule(l, time.Now().Add(min(max(l.ttl/10, time.Millisecond), time.Until(l.expires))))
+}
+
+// renewed ends a renewal that schedules no other. e.mu is held.
+func (e *Engine) renewed(l *Lease) {
+	l.renewing = false
+	if l.idle != nil {
+		close(l.idle)
+		l.idle = nil
 	}
 }
 
-// lose records the loss and ends fn's context with it. r.mu is held.
-func (r *renewal) lose(err error) {
-	r.lost = &LeaseLostError{Key: r.l.key, Fence: r.l.fence, Err: err}
-	r.cancel(r.lost)
+// lose records the loss and ends fn's context with it. e.mu is held.
+func (e *Engine) lose(l *Lease, err error) {
+	if l.lost == nil {
+		l.lost = &LeaseLostError{Key: l.key, Fence: l.fence, Err: err}
+		l.cancel(l.lost)
+	}
 }
 
-// stop ends renewals, waits for one in flight, and reports a loss.
-func (r *renewal) stop() *LeaseLostError {
-	r.mu.Lock()
-	r.stopped = true
-	r.timer.Stop()
+// stopRenewal ends l's renewals, waits for one in flight, and reports a
+// loss.
+func (e *Engine) stopRenewal(l *Lease) *LeaseLostError {
+	e.mu.Lock()
+	l.stopped = true
+	if l.idx >= 0 {
+		heap.Remove(&e.renewals, l.idx)
+	}
 	var idle chan struct{}
-	if r.running {
-		r.idle = make(chan struct{})
-		idle = r.idle
-		r.cancelOp()
+	if l.renewing {
+		l.idle = make(chan struct{})
+		idle = l.idle
+		if l.cancelOp != nil {
+			l.cancelOp()
+		}
 	}
-	lost := r.lost
-	r.mu.Unlock()
+	lost := l.lost
+	e.mu.Unlock()
 	if idle != nil {
 		<-idle
+		e.mu.Lock()
+		lost = l.lost
+		e.mu.Unlock()
 	}
 	return lost
 }
