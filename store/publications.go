@@ -7,8 +7,7 @@ import (
 	"studio/intent"
 )
 
-// UploadStore keeps uploads and their client keys. A store implements it
-// beside Store; once every backend does, it joins Store.
+// UploadStore keeps uploads and their client keys.
 type UploadStore interface {
 	intent.UploadStore
 }
@@ -21,8 +20,7 @@ type UploadStore interface {
 // A claim leases items for p.TTL by the database's clock and bumps each
 // one's fence; every later write names the fence and changes nothing once
 // the lease is gone (ErrLeaseLost). The publication's counts move in the
-// same transaction as its items. A store implements it beside Store; once
-// every backend does, it joins Store.
+// same transaction as its items.
 type PublicationStore interface {
 	intent.PublicationStore
 

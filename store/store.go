@@ -19,6 +19,8 @@ import (
 type Store interface {
 	intent.IntentStore
 	TaskStore
+	UploadStore
+	PublicationStore
 
 	// ListBatches returns the actor's batches newest first, at most
 	// p.Limit, starting after the batch id p.After (exclusive) when set.

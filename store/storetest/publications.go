@@ -16,17 +16,11 @@ import (
 // The publication cases: a publication and its items through CreateIntent,
 // and the items' leases, which work as the tasks' do.
 
-// publicationStore makes a store and its PublicationStore side. A backend
-// that does not implement it yet is skipped with a message naming the
-// contract.
+// publicationStore makes a store, and names its publication side.
 func publicationStore(t *testing.T, h Harness) (store.Store, store.PublicationStore) {
 	t.Helper()
 	s := h.New(t)
-	ps, ok := s.(store.PublicationStore)
-	if !ok {
-		t.Skipf("%T does not implement store.PublicationStore yet", s)
-	}
-	return s, ps
+	return s, s
 }
 
 // BatchWithAssets creates a generation intent of n tasks for the actor and
@@ -259,22 +253,13 @@ func testPublicationAssetRules(t *testing.T, h Harness) {
 	batch, assets := BatchWithAssets(t, s, "alice", "gen-1", 2)
 	_, otherAssets := BatchWithAssets(t, s, "alice", "gen-2", 1)
 	bobBatch, bobAssets := BatchWithAssets(t, s, "bob", "gen-1", 1)
-	us, uploads := s.(store.UploadStore)
-	var uploaded string
-	if uploads {
-		a, _, err := us.CreateUpload(ctx(t), intent.NewUpload{Asset: upload(t, "alice", sha("u"))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		uploaded = a.ID
+	up, _, err := s.CreateUpload(ctx(t), intent.NewUpload{Asset: upload(t, "alice", sha("u"))})
+	if err != nil {
+		t.Fatal(err)
 	}
 	missing := mustID(t)
-	ids := []string{assets[0], otherAssets[0], bobAssets[0], missing, assets[1]}
-	want := []string{otherAssets[0], bobAssets[0], missing}
-	if uploads {
-		ids = append(ids, uploaded)
-		want = append(want, uploaded)
-	}
+	ids := []string{assets[0], otherAssets[0], bobAssets[0], missing, up.ID, assets[1]}
+	want := []string{otherAssets[0], bobAssets[0], missing, up.ID}
 	check, err := ps.CheckPublicationAssets(ctx(t), "alice", batch, ids)
 	if err != nil || !check.BatchFound || !slices.Equal(check.Foreign, want) {
 		t.Fatalf("CheckPublicationAssets = %+v, %v; want foreign %v", check, err, want)
@@ -529,7 +514,7 @@ func testRacingItemClaims(t *testing.T, h Harness) {
 	s, ps := publicationStore(t, h)
 	stores := []store.PublicationStore{ps}
 	if h.Twin != nil {
-		stores = append(stores, h.Twin(t, s).(store.PublicationStore))
+		stores = append(stores, h.Twin(t, s))
 	}
 	batch, assets := BatchWithAssets(t, s, "alice", "gen", 150)
 	var pubs []string
