@@ -22,8 +22,9 @@ import (
 var _ store.PublicationStore = (*Store)(nil)
 
 // itemLive is the condition of every fenced write of an item: this claim,
-// still running, not expired. Its parameters are $1 id, $2 fence, $3 now.
-const itemLive = `id = $1 AND fence = $2 AND state = 'running' AND lease_expires_at > $3`
+// still running, not expired by the database's clock. Its parameters are
+// $1 id, $2 fence.
+const itemLive = `id = $1 AND fence = $2 AND state = 'running' AND lease_expires_at > clock_timestamp()`
 
 // insertPublication writes a publication and its items inside the intent's
 // transaction. The inserts select from the actor's batch and its assets, so
@@ -211,7 +212,11 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 		return nil, fmt.Errorf("claim items: %w", err)
 	}
 	defer t.rollback(ctx)
-	expires := t.now.Add(ttlRoundUp(p.TTL))
+	now, err := t.dbNow(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("claim items: %w", err)
+	}
+	expires := now.Add(ttlRoundUp(p.TTL))
 	if p.MaxAttempts > 0 {
 		rows, err := t.tx.Query(ctx, `UPDATE publication_items SET state = 'failed',
 			error = 'attempt ' || attempts || ': the lease expired (the worker stopped or crashed); no attempts left',
@@ -219,7 +224,7 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 			WHERE id IN (SELECT id FROM publication_items
 				WHERE state = 'running' AND lease_expires_at <= $2 AND attempts - released >= $3
 				FOR NO KEY UPDATE SKIP LOCKED)
-			RETURNING publication_id`, t.wall, t.now, p.MaxAttempts)
+			RETURNING publication_id`, t.wall, now, p.MaxAttempts)
 		if err != nil {
 			return nil, fmt.Errorf("claim items: fail expired: %w", err)
 		}
@@ -248,7 +253,7 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 				WHERE state = $4 AND (CASE WHEN $4 = 'queued' THEN run_after ELSE lease_expires_at END) <= $5
 				ORDER BY `+order+` LIMIT $6 FOR NO KEY UPDATE SKIP LOCKED)
 			RETURNING id, publication_id, fence, attempts, lease_expires_at`,
-			p.Owner, expires, t.wall, state, t.now, n)
+			p.Owner, expires, t.wall, state, now, n)
 		if err != nil {
 			return err
 		}
@@ -323,7 +328,11 @@ func (s *Store) RenewItemLeases(ctx context.Context, p store.ItemRenewParams) (s
 		return res, fmt.Errorf("renew item leases: %w", err)
 	}
 	defer t.rollback(ctx)
-	expires := t.now.Add(ttlRoundUp(p.TTL))
+	now, err := t.dbNow(ctx)
+	if err != nil {
+		return res, fmt.Errorf("renew item leases: %w", err)
+	}
+	expires := now.Add(ttlRoundUp(p.TTL))
 	idx := sortedLeases(len(p.Leases), func(i int) string { return p.Leases[i].ItemID })
 	ids := make([]string, len(idx))
 	fences := make([]int64, len(idx))
@@ -337,7 +346,7 @@ func (s *Store) RenewItemLeases(ctx context.Context, p store.ItemRenewParams) (s
 			ORDER BY u.ord FOR NO KEY UPDATE OF i
 		)
 		UPDATE publication_items i SET lease_expires_at = $5 FROM l WHERE i.id = l.id
-		RETURNING i.id`, ids, fences, t.now, p.Owner, expires)
+		RETURNING i.id`, ids, fences, now, p.Owner, expires)
 	if err != nil {
 		return res, fmt.Errorf("renew item leases: %w", err)
 	}
@@ -360,18 +369,18 @@ func (s *Store) RenewItemLeases(ctx context.Context, p store.ItemRenewParams) (s
 // CompleteItems marks items succeeded, fenced.
 func (s *Store) CompleteItems(ctx context.Context, leases []store.ItemLease) ([]error, error) {
 	return s.endItems(ctx, "complete items", leases, `UPDATE publication_items SET state = 'succeeded', error = NULL,
-		lease_owner = NULL, lease_expires_at = NULL, updated_at = $4 WHERE `+itemLive+` RETURNING publication_id`,
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = $3 WHERE `+itemLive+` RETURNING publication_id`,
 		func(d *pubDelta) { d.running--; d.succeeded++ })
 }
 
 // ReleaseItems hands leases back: queued again at once.
 func (s *Store) ReleaseItems(ctx context.Context, leases []store.ItemLease) ([]error, error) {
 	return s.endItems(ctx, "release items", leases, `UPDATE publication_items SET state = 'queued', released = released + 1,
-		run_after = $3, lease_owner = NULL, lease_expires_at = NULL, updated_at = $4 WHERE `+itemLive+` RETURNING publication_id`,
+		run_after = clock_timestamp(), lease_owner = NULL, lease_expires_at = NULL, updated_at = $3 WHERE `+itemLive+` RETURNING publication_id`,
 		func(d *pubDelta) { d.running--; d.queued++ })
 }
 
-// endItems runs a fenced update (parameters: id, fence, now, wall) on each
+// endItems runs a fenced update (parameters: id, fence, wall) on each
 // lease, in item id order, in one transaction, and moves the counts of
 // those it matched.
 func (s *Store) endItems(ctx context.Context, what string, leases []store.ItemLease, query string, move func(*pubDelta)) ([]error, error) {
@@ -387,7 +396,7 @@ func (s *Store) endItems(ctx context.Context, what string, leases []store.ItemLe
 	for _, i := range sortedLeases(len(leases), func(i int) string { return leases[i].ItemID }) {
 		l := leases[i]
 		var pub string
-		err := t.tx.QueryRow(ctx, query, l.ItemID, l.Fence, t.now, t.wall).Scan(&pub)
+		err := t.tx.QueryRow(ctx, query, l.ItemID, l.Fence, t.wall).Scan(&pub)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			out[i] = store.ErrLeaseLost
@@ -414,7 +423,7 @@ func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (string, erro
 	var pub string
 	var used int
 	err = t.tx.QueryRow(ctx, `SELECT publication_id, attempts - released FROM publication_items WHERE `+itemLive+` FOR NO KEY UPDATE`,
-		f.ItemID, f.Fence, t.now).Scan(&pub, &used)
+		f.ItemID, f.Fence).Scan(&pub, &used)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return "", store.ErrLeaseLost
@@ -425,10 +434,9 @@ func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (string, erro
 	if f.Permanent || (f.MaxAttempts > 0 && used >= f.MaxAttempts) {
 		state = intent.StateFailed
 	}
-	runAfter := t.now.Add(ttlRoundUp(max(f.Backoff, 0)))
-	if _, err := t.tx.Exec(ctx, `UPDATE publication_items SET state = $3, error = $4, run_after = $5,
+	if _, err := t.tx.Exec(ctx, `UPDATE publication_items SET state = $3, error = $4, run_after = clock_timestamp() + $5::interval,
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = $6 WHERE id = $1 AND fence = $2`,
-		f.ItemID, f.Fence, state, f.Error, runAfter, t.wall); err != nil {
+		f.ItemID, f.Fence, state, f.Error, ttlRoundUp(max(f.Backoff, 0)), t.wall); err != nil {
 		return "", fmt.Errorf("fail item %s: %w", f.ItemID, err)
 	}
 	d := t.pubs.of(pub)

@@ -13,8 +13,8 @@ import (
 	"studio/store"
 )
 
-// The task methods. Leases are measured by the database's clock
-// (clock_timestamp(), read once at the start of each transaction); every
+// The task methods. Leases are measured by the database's clock,
+// clock_timestamp(), read by the statements themselves; every
 // write of a task names its fence and checks the lease is live; the batch's
 // counts move in the same transaction as its tasks.
 //
@@ -32,11 +32,13 @@ import (
 // cancels it instead of running it.
 
 // liveLease is the condition of every fenced write: this claim, still
-// running, not expired. Its parameters are $1 id, $2 fence, $3 now.
-const liveLease = `id = $1 AND fence = $2 AND state = 'running' AND lease_expires_at > $3`
+// running, not expired by the database's clock. Its parameters are $1 id,
+// $2 fence.
+const liveLease = `id = $1 AND fence = $2 AND state = 'running' AND lease_expires_at > clock_timestamp()`
 
-// claimColumns are what a claim returns of each task.
-const claimColumns = `t.id, t.batch_id, t.actor, t.collection, t.frame, t.generator, t.candidate, t.attempts, t.fence, t.step, t.provider_ref, t.lease_expires_at`
+// claimColumns are what a claim returns of each task (t), with its
+// batch's spec (b).
+const claimColumns = `t.id, t.batch_id, t.actor, t.collection, t.frame, t.generator, t.candidate, t.attempts, t.fence, t.step, t.provider_ref, t.lease_expires_at, b.spec`
 
 // claimQueuedSQL leases ready queued tasks in fair-share order. Active
 // batches (with a ready task, least recently touched first, at most $5 of
@@ -67,7 +69,7 @@ ranked AS (
 	FROM cand
 ),
 pick AS (
-	SELECT id, cancel_requested FROM ranked ORDER BY arn, updated_at, batch_id LIMIT $6
+	SELECT id, batch_id, cancel_requested FROM ranked ORDER BY arn, updated_at, batch_id LIMIT $6
 )
 UPDATE tasks t SET
 	state = CASE WHEN p.cancel_requested THEN 'canceled' ELSE 'running' END,
@@ -76,7 +78,7 @@ UPDATE tasks t SET
 	lease_owner = CASE WHEN p.cancel_requested THEN NULL ELSE $1 END,
 	lease_expires_at = CASE WHEN p.cancel_requested THEN NULL ELSE $2::timestamptz END,
 	updated_at = $3
-FROM pick p WHERE t.id = p.id
+FROM pick p JOIN batches b ON b.id = p.batch_id WHERE t.id = p.id
 RETURNING t.state, ` + claimColumns
 
 // countDelta is how one batch's counts move in a transaction.
@@ -121,11 +123,10 @@ func (d deltas) apply(ctx context.Context, tx pgx.Tx, wall time.Time) error {
 	return nil
 }
 
-// taskTx is one write transaction of the task methods: the database's
-// clock, the wall clock for updated_at, and the counts that move.
+// taskTx is one write transaction of the task methods: the wall clock for
+// updated_at, and the counts that move.
 type taskTx struct {
 	tx     pgx.Tx
-	now    time.Time // database clock
 	wall   time.Time // s.now()
 	deltas deltas    // batches' counts
 	pubs   pubDeltas // publications' counts
@@ -136,12 +137,17 @@ func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &taskTx{tx: tx, wall: stamp(s.now()), deltas: deltas{}, pubs: pubDeltas{}}
-	if err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t.now); err != nil {
-		tx.Rollback(ctx)
-		return nil, fmt.Errorf("read database clock: %w", err)
+	return &taskTx{tx: tx, wall: stamp(s.now()), deltas: deltas{}, pubs: pubDeltas{}}, nil
+}
+
+// dbNow reads the database's clock, for methods that need one "now" for
+// several statements.
+func (t *taskTx) dbNow(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := t.tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("read database clock: %w", err)
 	}
-	return t, nil
+	return now, nil
 }
 
 func (t *taskTx) commit(ctx context.Context) error {
@@ -191,13 +197,13 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	defer t.rollback(ctx)
-	expires := t.now.Add(ttlRoundUp(p.TTL))
-	claimed, err := t.reclaimExpired(ctx, p, expires)
+	now, claimed, err := t.reclaimExpired(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
+	expires := now.Add(ttlRoundUp(p.TTL))
 	if n := p.Limit - len(claimed); n > 0 {
-		rows, err := t.tx.Query(ctx, claimQueuedSQL, p.Owner, expires, t.wall, t.now, max(4*n, 64), n)
+		rows, err := t.tx.Query(ctx, claimQueuedSQL, p.Owner, expires, t.wall, now, max(4*n, 64), n)
 		if err != nil {
 			return nil, fmt.Errorf("claim tasks: %w", err)
 		}
@@ -218,9 +224,7 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 		}
 		claimed = append(claimed, fresh...)
 	}
-	if err := t.attachSpecs(ctx, claimed); err != nil {
-		return nil, fmt.Errorf("claim tasks: %w", err)
-	}
+	shareSpecs(claimed)
 	if err := t.commit(ctx); err != nil {
 		return nil, fmt.Errorf("claim tasks: commit: %w", err)
 	}
@@ -233,19 +237,23 @@ func ttlRoundUp(d time.Duration) time.Duration {
 	return (d + time.Microsecond - 1).Truncate(time.Microsecond)
 }
 
-// reclaimExpired handles running tasks whose lease expired, oldest expiry
-// first, at most p.Limit of them, skipping any another transaction holds:
-// canceled if their batch was asked to cancel, failed if they used every
-// attempt, otherwise claimed again under a new fence.
-func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams, expires time.Time) ([]store.ClaimedTask, error) {
-	rows, err := t.tx.Query(ctx, `SELECT t.id, t.batch_id, t.fence, t.attempts, t.attempts - t.released,
-			(SELECT b.cancel_requested FROM batches b WHERE b.id = t.batch_id)
-		FROM tasks t
-		WHERE t.state = 'running' AND t.lease_expires_at <= $1
-		ORDER BY t.lease_expires_at LIMIT $2
-		FOR NO KEY UPDATE OF t SKIP LOCKED`, t.now, p.Limit)
+// reclaimExpired reads the database's clock (the claim's "now") and
+// handles running tasks whose lease expired by it, oldest expiry first, at
+// most p.Limit of them, skipping any another transaction holds: canceled if
+// their batch was asked to cancel, failed if they used every attempt,
+// otherwise claimed again under a new fence.
+func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams) (time.Time, []store.ClaimedTask, error) {
+	rows, err := t.tx.Query(ctx, `WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+		SELECT now.t, e.id, e.batch_id, e.fence, e.attempts, e.used, e.cancel_requested
+		FROM now LEFT JOIN LATERAL (
+			SELECT t.id, t.batch_id, t.fence, t.attempts, t.attempts - t.released AS used,
+				(SELECT b.cancel_requested FROM batches b WHERE b.id = t.batch_id) AS cancel_requested
+			FROM tasks t
+			WHERE t.state = 'running' AND t.lease_expires_at <= now.t
+			ORDER BY t.lease_expires_at LIMIT $1
+			FOR NO KEY UPDATE OF t SKIP LOCKED) e ON true`, p.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("find expired leases: %w", err)
+		return time.Time{}, nil, fmt.Errorf("find expired leases: %w", err)
 	}
 	type expired struct {
 		id, batch       string
@@ -254,20 +262,27 @@ func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams, expire
 		cancelRequested bool
 	}
 	var found []expired
-	var e expired
-	if _, err := pgx.ForEachRow(rows, []any{&e.id, &e.batch, &e.fence, &e.attempts, &e.used, &e.cancelRequested}, func() error {
-		found = append(found, e)
+	var now time.Time
+	var id, batch *string
+	var fence *int64
+	var attempts, used *int
+	var cancelRequested *bool
+	if _, err := pgx.ForEachRow(rows, []any{&now, &id, &batch, &fence, &attempts, &used, &cancelRequested}, func() error {
+		if id != nil {
+			found = append(found, expired{*id, *batch, *fence, *attempts, *used, *cancelRequested})
+		}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("find expired leases: %w", err)
+		return time.Time{}, nil, fmt.Errorf("find expired leases: %w", err)
 	}
+	expires := now.Add(ttlRoundUp(p.TTL))
 	var claimed []store.ClaimedTask
 	for _, e := range found {
 		switch {
 		case e.cancelRequested:
 			if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = $1
 				WHERE id = $2 AND fence = $3`, t.wall, e.id, e.fence); err != nil {
-				return nil, fmt.Errorf("cancel expired task: %w", err)
+				return time.Time{}, nil, fmt.Errorf("cancel expired task: %w", err)
 			}
 			d := t.deltas.of(e.batch)
 			d.running--
@@ -276,26 +291,27 @@ func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams, expire
 			msg := fmt.Sprintf("attempt %d: the lease expired (the worker stopped or crashed); no attempts left", e.attempts)
 			if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = 'failed', error = $1, lease_owner = NULL, lease_expires_at = NULL, updated_at = $2
 				WHERE id = $3 AND fence = $4`, msg, t.wall, e.id, e.fence); err != nil {
-				return nil, fmt.Errorf("fail expired task: %w", err)
+				return time.Time{}, nil, fmt.Errorf("fail expired task: %w", err)
 			}
 			d := t.deltas.of(e.batch)
 			d.running--
 			d.failed++
 		default:
 			rows, err := t.tx.Query(ctx, `UPDATE tasks t SET fence = fence + 1, attempts = attempts + 1,
-				lease_owner = $1, lease_expires_at = $2, updated_at = $3 WHERE id = $4 AND fence = $5 RETURNING t.state, `+claimColumns,
+				lease_owner = $1, lease_expires_at = $2, updated_at = $3 FROM batches b
+				WHERE b.id = t.batch_id AND t.id = $4 AND t.fence = $5 RETURNING t.state, `+claimColumns,
 				p.Owner, expires, t.wall, e.id, e.fence)
 			if err != nil {
-				return nil, fmt.Errorf("reclaim expired task: %w", err)
+				return time.Time{}, nil, fmt.Errorf("reclaim expired task: %w", err)
 			}
 			cs, _, err := scanClaims(rows, false)
 			if err != nil {
-				return nil, fmt.Errorf("reclaim expired task: %w", err)
+				return time.Time{}, nil, fmt.Errorf("reclaim expired task: %w", err)
 			}
 			claimed = append(claimed, cs...)
 		}
 	}
-	return claimed, nil
+	return now, claimed, nil
 }
 
 // scanClaims reads claimed tasks (state first). With canceledToo, rows
@@ -307,7 +323,7 @@ func scanClaims(rows pgx.Rows, canceledToo bool) ([]store.ClaimedTask, []string,
 	var state string
 	var exp *time.Time
 	_, err := pgx.ForEachRow(rows, []any{&state, &c.TaskID, &c.BatchID, &c.Actor, &c.Collection, &c.Frame, &c.Generator, &c.Candidate,
-		&c.Attempt, &c.Fence, &c.Step, &c.ProviderRef, &exp}, func() error {
+		&c.Attempt, &c.Fence, &c.Step, &c.ProviderRef, &exp, &c.Spec}, func() error {
 		if state != intent.StateRunning {
 			if !canceledToo {
 				return fmt.Errorf("task %s claimed in state %s", c.TaskID, state)
@@ -325,39 +341,16 @@ func scanClaims(rows pgx.Rows, canceledToo bool) ([]store.ClaimedTask, []string,
 	return out, canceled, nil
 }
 
-// attachSpecs reads each claimed batch's spec once and shares it among its
-// tasks.
-func (t *taskTx) attachSpecs(ctx context.Context, cs []store.ClaimedTask) error {
-	if len(cs) == 0 {
-		return nil
-	}
-	var ids []string
-	for _, c := range cs {
-		ids = append(ids, c.BatchID)
-	}
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	rows, err := t.tx.Query(ctx, `SELECT id, spec FROM batches WHERE id = ANY ($1)`, ids)
-	if err != nil {
-		return fmt.Errorf("read specs: %w", err)
-	}
+// shareSpecs makes the tasks of one batch share one spec slice.
+func shareSpecs(cs []store.ClaimedTask) {
 	specs := map[string][]byte{}
-	var id string
-	var spec []byte
-	if _, err := pgx.ForEachRow(rows, []any{&id, &spec}, func() error {
-		specs[id] = slices.Clone(spec)
-		return nil
-	}); err != nil {
-		return fmt.Errorf("read specs: %w", err)
-	}
 	for i := range cs {
-		spec, ok := specs[cs[i].BatchID]
-		if !ok {
-			return fmt.Errorf("read specs: batch %s missing", cs[i].BatchID)
+		if spec, ok := specs[cs[i].BatchID]; ok {
+			cs[i].Spec = spec
+		} else {
+			specs[cs[i].BatchID] = cs[i].Spec
 		}
-		cs[i].Spec = spec
 	}
-	return nil
 }
 
 // sortedLeases orders item indexes by task id, so transactions that write
@@ -395,7 +388,6 @@ func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (store.Ren
 		return res, fmt.Errorf("renew leases: %w", err)
 	}
 	defer t.rollback(ctx)
-	expires := t.now.Add(ttlRoundUp(p.TTL))
 	idx := sortedLeases(len(p.Leases), func(i int) string { return p.Leases[i].TaskID })
 	ids := make([]string, len(idx))
 	fences := make([]int64, len(idx))
@@ -404,22 +396,24 @@ func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (store.Ren
 	}
 	// The leases are locked in task id order (the sorted input, ordinality
 	// kept), then renewed.
-	rows, err := t.tx.Query(ctx, `WITH l AS (
+	rows, err := t.tx.Query(ctx, `WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+		l AS (
 			SELECT t.id FROM tasks t JOIN unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS u(id, fence, ord)
 				ON t.id = u.id AND t.fence = u.fence
-			WHERE t.state = 'running' AND t.lease_expires_at > $3 AND t.lease_owner = $4
+			WHERE t.state = 'running' AND t.lease_expires_at > (SELECT now.t FROM now) AND t.lease_owner = $3
 			ORDER BY u.ord FOR NO KEY UPDATE OF t
 		)
-		UPDATE tasks t SET lease_expires_at = $5 FROM l WHERE t.id = l.id
-		RETURNING t.id, (SELECT b.cancel_requested FROM batches b WHERE b.id = t.batch_id)`,
-		ids, fences, t.now, p.Owner, expires)
+		UPDATE tasks t SET lease_expires_at = (SELECT now.t FROM now) + $4::interval FROM l WHERE t.id = l.id
+		RETURNING t.id, (SELECT b.cancel_requested FROM batches b WHERE b.id = t.batch_id), t.lease_expires_at`,
+		ids, fences, p.Owner, ttlRoundUp(p.TTL))
 	if err != nil {
 		return res, fmt.Errorf("renew leases: %w", err)
 	}
 	renewed := map[string]bool{}
 	var id string
 	var canceling bool
-	if _, err := pgx.ForEachRow(rows, []any{&id, &canceling}, func() error {
+	var expires time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&id, &canceling, &expires}, func() error {
 		renewed[id] = canceling
 		return nil
 	}); err != nil {
@@ -437,7 +431,9 @@ func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (store.Ren
 	if err := t.commit(ctx); err != nil {
 		return store.RenewResult{}, fmt.Errorf("renew leases: commit: %w", err)
 	}
-	res.ExpiresAt = expires.UTC()
+	if len(renewed) > 0 {
+		res.ExpiresAt = expires.UTC()
+	}
 	return res, nil
 }
 
@@ -446,9 +442,9 @@ func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (store.Ren
 // ErrLeaseLost when the lease is not live.
 func (t *taskTx) cancelIfRequested(ctx context.Context, l store.Lease) error {
 	var batch string
-	err := t.tx.QueryRow(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = $4
+	err := t.tx.QueryRow(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = $3
 		WHERE `+liveLease+` AND (SELECT b.cancel_requested FROM batches b WHERE b.id = tasks.batch_id)
-		RETURNING batch_id`, l.TaskID, l.Fence, t.now, t.wall).Scan(&batch)
+		RETURNING batch_id`, l.TaskID, l.Fence, t.wall).Scan(&batch)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return store.ErrLeaseLost
@@ -483,8 +479,8 @@ func (s *Store) SaveSteps(ctx context.Context, steps []store.StepSave) ([]error,
 	out := make([]error, len(steps))
 	for _, i := range sortedLeases(len(steps), func(i int) string { return steps[i].TaskID }) {
 		st := steps[i]
-		tag, err := t.tx.Exec(ctx, `UPDATE tasks SET step = $4, provider_ref = $5, updated_at = $6
-			WHERE `+liveLease+` AND `+notCanceling, st.TaskID, st.Fence, t.now, st.Step, st.ProviderRef, t.wall)
+		tag, err := t.tx.Exec(ctx, `UPDATE tasks SET step = $3, provider_ref = $4, updated_at = $5
+			WHERE `+liveLease+` AND `+notCanceling, st.TaskID, st.Fence, st.Step, st.ProviderRef, t.wall)
 		if err != nil {
 			return nil, fmt.Errorf("save step of task %s: %w", st.TaskID, err)
 		}
@@ -525,16 +521,16 @@ func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]sto
 		var batch, assetID string
 		err := t.tx.QueryRow(ctx, `WITH done AS (
 				UPDATE tasks SET state = 'succeeded', error = NULL,
-					asset_id = COALESCE((SELECT a.id FROM assets a WHERE a.task_id = tasks.id), $4),
-					lease_owner = NULL, lease_expires_at = NULL, updated_at = $5
+					asset_id = COALESCE((SELECT a.id FROM assets a WHERE a.task_id = tasks.id), $3),
+					lease_owner = NULL, lease_expires_at = NULL, updated_at = $4
 				WHERE `+liveLease+` AND `+notCanceling+`
 				RETURNING id, batch_id, actor, asset_id
 			), ins AS (
 				INSERT INTO assets (id, actor, task_id, sha256, content_type, size, width, height, created_at)
-				SELECT $4, done.actor, done.id, $6::text, $7::text, $8::bigint, $9::integer, $10::integer, $5 FROM done WHERE done.asset_id = $4
+				SELECT $3, done.actor, done.id, $5::text, $6::text, $7::bigint, $8::integer, $9::integer, $4 FROM done WHERE done.asset_id = $3
 			)
 			SELECT batch_id, asset_id FROM done`,
-			c.TaskID, c.Fence, t.now, a.ID, t.wall, a.SHA256, a.ContentType, a.Size, a.Width, a.Height).Scan(&batch, &assetID)
+			c.TaskID, c.Fence, a.ID, t.wall, a.SHA256, a.ContentType, a.Size, a.Width, a.Height).Scan(&batch, &assetID)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			if out[i].Err = t.cancelIfRequested(ctx, c.Lease); !itemErr(out[i].Err) {
@@ -569,7 +565,7 @@ func (s *Store) FailTask(ctx context.Context, f store.Failure) (string, error) {
 	var batch string
 	var used int
 	err = t.tx.QueryRow(ctx, `SELECT batch_id, attempts - released FROM tasks WHERE `+liveLease+` FOR NO KEY UPDATE`,
-		f.TaskID, f.Fence, t.now).Scan(&batch, &used)
+		f.TaskID, f.Fence).Scan(&batch, &used)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return "", store.ErrLeaseLost
@@ -587,10 +583,9 @@ func (s *Store) FailTask(ctx context.Context, f store.Failure) (string, error) {
 	case f.Permanent || (f.MaxAttempts > 0 && used >= f.MaxAttempts):
 		state = intent.StateFailed
 	}
-	runAfter := t.now.Add(ttlRoundUp(max(f.Backoff, 0)))
-	if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = $3, error = $4, run_after = $5,
+	if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = $3, error = $4, run_after = clock_timestamp() + $5::interval,
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = $6 WHERE id = $1 AND fence = $2`,
-		f.TaskID, f.Fence, state, f.Error, runAfter, t.wall); err != nil {
+		f.TaskID, f.Fence, state, f.Error, ttlRoundUp(max(f.Backoff, 0)), t.wall); err != nil {
 		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
 	}
 	d := t.deltas.of(batch)
@@ -628,7 +623,7 @@ func (s *Store) ReleaseTasks(ctx context.Context, leases []store.Lease) ([]error
 		l := leases[i]
 		var batch string
 		err := t.tx.QueryRow(ctx, `SELECT batch_id FROM tasks WHERE `+liveLease+` FOR NO KEY UPDATE`,
-			l.TaskID, l.Fence, t.now).Scan(&batch)
+			l.TaskID, l.Fence).Scan(&batch)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			out[i] = store.ErrLeaseLost
@@ -649,9 +644,9 @@ func (s *Store) ReleaseTasks(ctx context.Context, leases []store.Lease) ([]error
 			if canceling[batch] {
 				state = intent.StateCanceled
 			}
-			if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = $3, released = released + 1, run_after = $4,
-				lease_owner = NULL, lease_expires_at = NULL, updated_at = $5 WHERE id = $1 AND fence = $2`,
-				leases[i].TaskID, leases[i].Fence, state, t.now, t.wall); err != nil {
+			if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = $3, released = released + 1, run_after = clock_timestamp(),
+				lease_owner = NULL, lease_expires_at = NULL, updated_at = $4 WHERE id = $1 AND fence = $2`,
+				leases[i].TaskID, leases[i].Fence, state, t.wall); err != nil {
 				return nil, fmt.Errorf("release task %s: %w", leases[i].TaskID, err)
 			}
 			d := t.deltas.of(batch)
