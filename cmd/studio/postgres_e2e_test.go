@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"studio/store/postgres/pgtest"
+)
+
+// The PostgreSQL process tests: real studio processes, each with a data
+// directory of its own (they share no disk), meeting only in one database
+// schema. They need STUDIO_TEST_POSTGRES_URL and are skipped without it.
+
+// pgToken creates a token for actor with `studio token create` on the
+// database.
+func pgToken(t *testing.T, url, actor string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"token", "create", "--actor", actor, "--database", url, "--data", t.TempDir()}, &out, &errb); code != 0 {
+		t.Fatalf("token create: exit %d: %s", code, errb.String())
+	}
+	return strings.TrimSpace(out.String())
+}
+
+// TestPostgresTwoServeProcesses: 64 concurrent tries of one request id,
+// split across two serve processes on one database, make one batch; with
+// the database lock store (the default on PostgreSQL) they also plan once,
+// with the memory lock store at most once per process.
+func TestPostgresTwoServeProcesses(t *testing.T) {
+	t.Parallel()
+	for _, lockStore := range []string{"db", "memory"} {
+		t.Run(lockStore, func(t *testing.T) {
+			t.Parallel()
+			url, _ := pgtest.Schema(t)
+			var procs []*proc
+			for range 2 {
+				env := []string{"STUDIO_DATABASE_URL=" + url, "STUDIO_DATA=" + t.TempDir(), "STUDIO_WORKERS=0"}
+				if lockStore == "memory" {
+					env = append(env, "STUDIO_LOCK_STORE=memory")
+				}
+				procs = append(procs, startProcess(t, env, "serve", "--addr", "127.0.0.1:0"))
+			}
+			if n := strings.Count(procs[0].stdout.String()+procs[1].stdout.String(), "Created a token"); n != 1 {
+				t.Fatalf("the first token was created %d times, want once", n)
+			}
+			token := pgToken(t, url, "alice")
+			clients := []*client{newClient(t, procs[0].Addr, token), newClient(t, procs[1].Addr, token)}
+
+			const tries = 64
+			var (
+				mu      sync.Mutex
+				wg      sync.WaitGroup
+				ids     = map[string]int{}
+				created int
+				start   = make(chan struct{})
+			)
+			for i := range tries {
+				wg.Go(func() {
+					<-start
+					var out batchAnswer
+					resp, err := clients[i%2].do(context.Background(), "POST", "/v1/generations", generation("dup", "f01", "f02"), &out)
+					if err != nil {
+						t.Errorf("try %d: %v", i, err)
+						return
+					}
+					if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+						t.Errorf("try %d: status %d", i, resp.StatusCode)
+						return
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					ids[out.ID]++
+					if resp.StatusCode == http.StatusCreated {
+						created++
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			if len(ids) != 1 || created != 1 {
+				t.Fatalf("%d tries named %d batches and created %d; want 1 and 1: %v", tries, len(ids), created, ids)
+			}
+			var list struct {
+				Items []batchAnswer `json:"items"`
+			}
+			if _, err := clients[1].do(context.Background(), "GET", "/v1/batches?limit=500", nil, &list); err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Items) != 1 || list.Items[0].TaskCount != 12 {
+				t.Fatalf("stored batches %+v, want one of 12 tasks", list.Items)
+			}
+			for _, p := range procs {
+				p.signal(syscall.SIGTERM)
+				if code := p.wait(30 * time.Second); code != 0 {
+					t.Fatalf("exit code %d after SIGTERM", code)
+				}
+			}
+			plans := strings.Count(procs[0].logs.String(), `"msg":"planned"`) + strings.Count(procs[1].logs.String(), `"msg":"planned"`)
+			switch {
+			case lockStore == "db" && plans != 1:
+				t.Fatalf("%d plans with the database lock store, want 1", plans)
+			case plans < 1 || plans > 2:
+				t.Fatalf("%d plans with a lock per process, want 1 or 2", plans)
+			}
+			t.Logf("lock store %s: %d plans for %d tries across 2 processes", lockStore, plans, tries)
+		})
+	}
+}
+
+// TestPostgresMigrate: two `studio migrate` processes at once on an empty
+// schema both succeed, a third run finds nothing to do, and /readyz of a
+// process on the schema answers ready.
+func TestPostgresMigrate(t *testing.T) {
+	t.Parallel()
+	url, _ := pgtest.Schema(t)
+	bin := studioBinary(t)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			out, err := exec.Command(bin, "migrate", "--database", url).CombinedOutput()
+			if err != nil {
+				t.Errorf("migrate %d: %v\n%s", i, err, out)
+			}
+		})
+	}
+	wg.Wait()
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"migrate", "--database", url}, &out, &errb); code != 0 {
+		t.Fatalf("migrate again: exit %d: %s", code, errb.String())
+	}
+	p := startProcess(t, []string{"STUDIO_DATABASE_URL=" + url, "STUDIO_DATA=" + t.TempDir(), "STUDIO_WORKERS=0"}, "serve", "--addr", "127.0.0.1:0")
+	resp, err := newClient(t, p.Addr, "").do(context.Background(), "GET", "/readyz", nil, nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz: %v, %v", resp, err)
+	}
+}
