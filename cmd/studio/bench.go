@@ -22,6 +22,7 @@ import (
 	"studio/locks"
 	"studio/planner"
 	"studio/store"
+	"studio/store/postgres"
 	"studio/store/sqlite"
 )
 
@@ -95,7 +96,7 @@ type bench struct {
 	n        int // samples per operation; 0 = each operation's default
 	tasks    int // tasks per drain run
 	store    store.Store
-	sqlite   *sqlite.Store // nil unless SQLite: the floors' bare statements
+	floors   benchFloors // the engine's bare statements
 	progress *progress
 	seq      atomic.Int64 // makes request ids unique within the run
 }
@@ -178,7 +179,14 @@ run, alternating. Runs on a temporary data directory unless --data or
 		defer pprof.StopCPUProfile()
 	}
 	b := &bench{ctx: ctx, cfg: cfg, n: *n, tasks: *tasks, store: s, progress: newProgress(stderr)}
-	b.sqlite, _ = s.(*sqlite.Store)
+	switch s := s.(type) {
+	case *sqlite.Store:
+		b.floors = sqliteFloors{s}
+	case *postgres.Store:
+		b.floors = postgresFloors{s}
+	default:
+		return fmt.Errorf("bench: no floors for %T", s)
+	}
 
 	var results []*benchResult
 	for i, op := range selected {
@@ -361,9 +369,6 @@ func b2i(s string) uint64 {
 // the same rows (binding, batch, tasks) with one prepared statement for
 // the tasks, nothing else.
 func (b *bench) commit(tasks, def int) (*benchResult, error) {
-	if b.sqlite == nil {
-		return nil, errors.New("the commit floor needs SQLite")
-	}
 	n := b.samples(def)
 	trees := make([]intent.NewIntent, 2*n)
 	for i := range trees {
@@ -379,44 +384,12 @@ func (b *bench) commit(tasks, def int) (*benchResult, error) {
 		}
 		return err
 	}, func(i int) error {
-		return floorCommit(b.ctx, b.sqlite, trees[2*i+1])
+		return b.floors.commit(b.ctx, trees[2*i+1])
 	})
 	if err != nil {
 		return nil, err
 	}
 	return latencyResult(ops, floors), nil
-}
-
-// floorCommit inserts a tree's rows in one IMMEDIATE transaction: the
-// least a commit of the tree does.
-func floorCommit(ctx context.Context, s *sqlite.Store, in intent.NewIntent) error {
-	tx, err := s.DB().BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	bd, nb := in.Binding, in.Batch
-	now := bd.CreatedAt.UnixMilli()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO intents (actor, request_id, operation, fingerprint, resource_id, created_at)
-		VALUES (?, ?, ?, ?, ?, ?)`, bd.Actor, bd.RequestID, bd.Operation, bd.Fingerprint, bd.ResourceID, now); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO batches (id, actor, request_id, prompt, spec, task_count, queued, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, nb.ID, bd.Actor, bd.RequestID, nb.Prompt, nb.Spec, len(nb.Tasks), len(nb.Tasks), now, now); err != nil {
-		return err
-	}
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO tasks (id, batch_id, actor, collection, frame, generator, candidate, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return err
-	}
-	defer stmt.Close()
-	for _, t := range nb.Tasks {
-		if _, err := stmt.ExecContext(ctx, t.ID, nb.ID, bd.Actor, t.Collection, t.Frame, t.Generator, t.Candidate, now, now); err != nil {
-			return err
-		}
-	}
-	return tx.Commit()
 }
 
 // benchBody is the generation the service and HTTP operations send: 2
@@ -447,9 +420,6 @@ func (b *bench) newService(wrap func(intent.Planner) intent.Planner) (*intent.Se
 
 // replay: the service's replay path beside two primary-key reads.
 func (b *bench) replay() (*benchResult, error) {
-	if b.sqlite == nil {
-		return nil, errors.New("the replay floor needs SQLite")
-	}
 	svc, done, err := b.newService(nil)
 	if err != nil {
 		return nil, err
@@ -465,7 +435,6 @@ func (b *bench) replay() (*benchResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := b.sqlite.ReadDB()
 	ops, floors, err := b.alternate(b.samples(5000), 1, func(int) error {
 		res, err := svc.CreateGeneration(b.ctx, actor, id, in)
 		if err == nil && (!res.Replayed || res.Batch.ID != first.Batch.ID) {
@@ -473,17 +442,7 @@ func (b *bench) replay() (*benchResult, error) {
 		}
 		return err
 	}, func(int) error {
-		var op, fp, rid string
-		if err := db.QueryRowContext(b.ctx, `SELECT operation, fingerprint, resource_id FROM intents WHERE actor = ? AND request_id = ?`,
-			actor, id).Scan(&op, &fp, &rid); err != nil {
-			return err
-		}
-		var bid, act, req, prompt string
-		var tc, q, r, s, f, c int
-		var started bool
-		var created, updated int64
-		return db.QueryRowContext(b.ctx, `SELECT id, actor, request_id, prompt, task_count, queued, running, succeeded, failed, canceled, started, created_at, updated_at
-			FROM batches WHERE id = ? AND actor = ?`, rid, actor).Scan(&bid, &act, &req, &prompt, &tc, &q, &r, &s, &f, &c, &started, &created, &updated)
+		return b.floors.replay(b.ctx, actor, id)
 	})
 	if err != nil {
 		return nil, err

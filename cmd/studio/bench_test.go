@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"studio/store/postgres/pgtest"
 )
 
 // TestBenchJSON runs `studio bench --json` with tiny sizes and checks the
@@ -104,6 +106,31 @@ func TestBenchTableAndOps(t *testing.T) {
 		ops, err := selectOps(list)
 		if err != nil || len(ops) != want {
 			t.Errorf("selectOps(%q): %d ops, %v; want %d", list, len(ops), err, want)
+		}
+	}
+}
+
+// TestBenchPostgres runs the operations with floors against PostgreSQL
+// (skipped without STUDIO_TEST_POSTGRES_URL).
+func TestBenchPostgres(t *testing.T) {
+	t.Parallel()
+	u, _ := pgtest.Schema(t)
+	var stdout, stderr bytes.Buffer
+	args := []string{"bench", "--data", t.TempDir(), "--database", u, "--json", "--n", "3", "--ops", "commit_12,replay,storm_64,lock_hold_db"}
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines:\n%s", len(lines), stdout.String())
+	}
+	for _, line := range lines {
+		var r benchResult
+		if err := json.Unmarshal([]byte(line), &r); err != nil || r.N != 3 || r.MedianUS <= 0 {
+			t.Errorf("line %q: %+v, %v", line, r, err)
+		}
+		if r.Op != "storm_64" && (r.Ratio == nil || *r.Ratio <= 0) {
+			t.Errorf("%s: no ratio", r.Op)
 		}
 	}
 }
