@@ -143,7 +143,6 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		ErrorHandling:     promhttp.ContinueOnError,
-		Registry:          m.reg, // counts the handler's own errors
 		EnableOpenMetrics: true,
 	})
 }

@@ -256,6 +256,7 @@ func TestNamesLint(t *testing.T) {
 	m.TaskStates(func(context.Context) (intent.Counts, error) { return intent.Counts{Queued: 1}, nil })
 	m.Request("GET", "/healthz", 200, time.Millisecond)
 	m.Planner(fakePlanner{}).PlanGeneration(context.Background(), "a", &intent.GenerationInput{})
+	serve(t, m) // the handler registers nothing of its own
 	mfs, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
