@@ -424,7 +424,7 @@ func TestLostLeaseWhenRenewalsFail(t *testing.T) {
 	broken := errors.New("store unreachable")
 	h := &hookStore{Store: m}
 	h.renew = func(context.Context, string, string, time.Duration) (bool, error) { return false, broken }
-	e := New(h, TTL(30*time.Millisecond))
+	e := New(h, TTL(150*time.Millisecond))
 	defer e.Close()
 	var cause error
 	err := e.Hold(t.Context(), "k", func(ctx context.Context, l *Lease) error {
@@ -452,26 +452,26 @@ func TestRenewalKeepsLeaseOneAtATime(t *testing.T) {
 	m := NewMemoryStore()
 	h := &hookStore{Store: m}
 	h.renew = func(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
-		time.Sleep(35 * time.Millisecond) // longer than the 30 ms period
+		time.Sleep(110 * time.Millisecond) // longer than the 100 ms period
 		return m.Renew(ctx, key, owner, ttl)
 	}
-	e := New(h, TTL(90*time.Millisecond))
+	e := New(h, TTL(300*time.Millisecond))
 	defer e.Close()
 	err := e.Hold(t.Context(), "k", func(ctx context.Context, l *Lease) error {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(600 * time.Millisecond)
 		return ctx.Err()
 	})
 	if err != nil {
 		t.Fatalf("Hold: %v", err)
 	}
 	if n := h.renews.Load(); n < 3 {
-		t.Fatalf("%d renewals in 300 ms with a 90 ms TTL, want several", n)
+		t.Fatalf("%d renewals in 600 ms with a 300 ms TTL, want several", n)
 	}
 	if n := h.maxRenewing.Load(); n != 1 {
 		t.Fatalf("%d renewals in flight at once, want 1", n)
 	}
 	after := h.renews.Load()
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(250 * time.Millisecond)
 	if h.renews.Load() != after {
 		t.Fatal("renewals went on after Hold returned")
 	}
@@ -511,12 +511,14 @@ func TestCloseAnswersEveryone(t *testing.T) {
 	sem := e.Semaphore(1)
 	running := make(chan struct{})
 	var holderCause error
+	var holderReturned, semReturned atomic.Bool
 	holderDone := make(chan error, 1)
 	go func() {
 		holderDone <- e.Hold(context.Background(), "k", func(ctx context.Context, l *Lease) error {
 			close(running)
 			<-ctx.Done()
 			holderCause = context.Cause(ctx)
+			holderReturned.Store(true)
 			return ctx.Err()
 		})
 	}()
@@ -527,6 +529,7 @@ func TestCloseAnswersEveryone(t *testing.T) {
 		semDone <- sem.Hold(context.Background(), "k", func(ctx context.Context, l *Lease) error {
 			close(semRunning)
 			<-ctx.Done()
+			semReturned.Store(true)
 			return nil // finished its work anyway
 		})
 	}()
@@ -545,24 +548,23 @@ func TestCloseAnswersEveryone(t *testing.T) {
 	if err := e.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	// Close returned: every hold has returned.
+	// Close returned: every fn has returned and every lease is released.
+	if !holderReturned.Load() || !semReturned.Load() {
+		t.Fatal("Close returned before the holders' fn did")
+	}
+	assertIdle(t, e, m)
 	for range 2 * n {
 		select {
 		case err := <-waiters:
 			if !errors.Is(err, ErrClosed) {
 				t.Fatalf("waiter: %v, want ErrClosed", err)
 			}
-		default:
-			t.Fatal("Close returned before every waiter was answered")
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter was never answered")
 		}
 	}
-	select {
-	case err := <-holderDone:
-		if !errors.Is(err, ErrClosed) {
-			t.Fatalf("holder: %v, want ErrClosed", err)
-		}
-	default:
-		t.Fatal("Close returned before the holder")
+	if err := <-holderDone; !errors.Is(err, ErrClosed) {
+		t.Fatalf("holder: %v, want ErrClosed", err)
 	}
 	if err := <-semDone; err != nil {
 		t.Fatalf("semaphore holder that finished its work: %v, want nil", err)
