@@ -30,6 +30,7 @@ type Config struct {
 	DebugAddr     string
 	Synchronous   string
 	Grace         time.Duration
+	WebhookURL    string
 }
 
 // DefaultConfig is the configuration with no flags and no environment.
@@ -113,6 +114,9 @@ func newFlagSet(cmd string, cfg *Config, stderr io.Writer, names ...string) (*fl
 	})
 	add("grace", "STUDIO_GRACE", func() {
 		fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "on SIGTERM, how long running steps may take before their leases are handed back (env STUDIO_GRACE)")
+	})
+	add("webhook-url", "STUDIO_WEBHOOK_URL", func() {
+		fs.StringVar(&cfg.WebhookURL, "webhook-url", cfg.WebhookURL, "URL the webhook publication channel POSTs each item to; empty = no webhook channel (env STUDIO_WEBHOOK_URL)")
 	})
 	applyEnv := func() error {
 		set := map[string]bool{}

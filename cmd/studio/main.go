@@ -106,10 +106,10 @@ func parse(fs *flag.FlagSet, args []string, applyEnv func() error) error {
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, mode string) error {
 	cfg := DefaultConfig()
 	names := []string{"data", "addr", "workers", "lease-ttl", "max-batch-tasks", "max-attempts", "retry-base",
-		"catalog", "database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace"}
+		"catalog", "database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace", "webhook-url"}
 	if mode == modeWorker {
 		names = []string{"data", "concurrency", "lease-ttl", "max-attempts", "retry-base", "catalog",
-			"database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace"}
+			"database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace", "webhook-url"}
 	}
 	fs, applyEnv := newFlagSet(mode, &cfg, stderr, names...)
 	if err := parse(fs, args, applyEnv); err != nil {

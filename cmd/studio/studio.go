@@ -77,6 +77,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.startWorkers(ctx, deps); err != nil {
 		return err
 	}
+	if err := m.startPublisher(ctx, deps); err != nil {
+		return err
+	}
 	if m.Mode == modeServe {
 		if err := m.startHTTP(deps); err != nil {
 			return err

@@ -23,6 +23,7 @@ type deps struct {
 	locks   *locks.Engine
 	service *intent.Service
 	metrics *metrics.Metrics
+	pubs    *pubDeps
 	handler http.Handler
 }
 
@@ -60,16 +61,21 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		Locker:  d.metrics.Locker("intent", engineLocker{d.locks}),
 		Observe: d.metrics.Intent,
 	}
+	if d.pubs, err = m.buildPublications(d); err != nil {
+		return nil, err
+	}
 	if m.Mode != modeServe {
 		return d, nil
 	}
 	srv, err := httpapi.New(httpapi.Config{
-		Generations: loggedService{d.service, m.Logger},
-		Store:       m.store,
-		Blobs:       m.blobs,
-		Logger:      m.Logger,
-		Metrics:     d.metrics.Handler(),
-		Observe:     observeRequests(d.metrics),
+		Generations:  loggedService{d.service, m.Logger},
+		Store:        m.store,
+		Blobs:        m.blobs,
+		Uploads:      d.pubs.uploads,
+		Publications: d.service,
+		Logger:       m.Logger,
+		Metrics:      d.metrics.Handler(),
+		Observe:      observeRequests(d.metrics),
 	})
 	if err != nil {
 		return nil, err
