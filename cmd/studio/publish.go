@@ -9,6 +9,7 @@ import (
 	"studio/blob"
 	"studio/intent"
 	"studio/publish"
+	"studio/store/postgres"
 )
 
 // pubDeps are what uploads and publications are wired from.
@@ -57,9 +58,15 @@ func (m *Main) buildPublications(d *deps) (*pubDeps, error) {
 }
 
 // assetBlobs is the store of asset bytes: the one this process already
-// has, or files under DATA/assets.
+// has, the database on PostgreSQL (processes there share no disk), or files
+// under DATA/assets.
 func (m *Main) assetBlobs() (blob.Store, error) {
 	if b, ok := m.blobs.(blob.Store); ok {
+		return b, nil
+	}
+	if s, ok := m.store.(*postgres.Store); ok {
+		b := postgres.NewBlobStore(s)
+		m.blobs = b
 		return b, nil
 	}
 	fs, err := blob.NewFS(filepath.Join(m.Config.Data, "assets"))
