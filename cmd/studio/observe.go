@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"studio/httpapi"
 	"studio/intent"
 	"studio/metrics"
+	"studio/store/postgres"
 )
 
 // newMetrics makes the process's registry and the collectors that read the
@@ -25,6 +27,11 @@ func (m *Main) newMetrics() (*metrics.Metrics, error) {
 		}
 		if err := mx.DBPool("read", s.ReadDB()); err != nil {
 			return nil, err
+		}
+	}
+	if s, ok := m.store.(*postgres.Store); ok {
+		if err := mx.Registry().Register(newPgxPoolCollector(s.Pool())); err != nil {
+			return nil, fmt.Errorf("register the PostgreSQL pool: %w", err)
 		}
 	}
 	if s, ok := m.store.(interface {

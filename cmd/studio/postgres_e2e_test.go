@@ -116,8 +116,8 @@ func TestPostgresTwoServeProcesses(t *testing.T) {
 }
 
 // TestPostgresMigrate: two `studio migrate` processes at once on an empty
-// schema both succeed, a third run finds nothing to do, and /readyz of a
-// process on the schema answers ready.
+// schema both succeed, a third run finds nothing to do, /readyz of a
+// process on the schema answers ready and /metrics reports the database.
 func TestPostgresMigrate(t *testing.T) {
 	t.Parallel()
 	url, _ := pgtest.Schema(t)
@@ -140,6 +140,21 @@ func TestPostgresMigrate(t *testing.T) {
 	resp, err := newClient(t, p.Addr, "").do(context.Background(), "GET", "/readyz", nil, nil)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("/readyz: %v, %v", resp, err)
+	}
+	// /metrics reports the database: its pool and the tasks by state.
+	mresp, err := http.Get("http://" + p.Addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mresp.Body.Close()
+	text, err := io.ReadAll(mresp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"studio_pgxpool_max_conns ", "studio_pgxpool_acquires_total ", `studio_tasks{state="queued"} 0`} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("/metrics has no %q", want)
+		}
 	}
 }
 
