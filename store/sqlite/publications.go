@@ -45,9 +45,12 @@ func insertPublication(ctx context.Context, tx *sql.Tx, b intent.Binding, np *in
 	} else if k == 0 {
 		return intent.Errorf(intent.EUnprocessable, "No batch of yours has the id %s.", np.BatchID)
 	}
+	// The asset by its key, then its task by its key: written as a
+	// correlated subquery so that the planner cannot start from the batch's
+	// tasks instead (which made each insert scan the whole batch).
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO publication_items (id, publication_id, asset_id, created_at, updated_at)
-		SELECT ?, ?, a.id, ?, ? FROM assets a JOIN tasks t ON t.id = a.task_id
-		WHERE a.id = ? AND a.actor = ? AND t.batch_id = ?`)
+		SELECT ?, ?, a.id, ?, ? FROM assets a
+		WHERE a.id = ? AND a.actor = ? AND (SELECT t.batch_id FROM tasks t WHERE t.id = a.task_id) = ?`)
 	if err != nil {
 		return fmt.Errorf("prepare item insert: %w", err)
 	}
