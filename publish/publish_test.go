@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -176,8 +177,10 @@ type receiver struct {
 }
 
 type delivery struct {
-	key  string
-	body publish.Delivery
+	key     string
+	attempt string
+	raw     string
+	body    publish.Delivery
 }
 
 func newReceiver(t *testing.T, answer func(itemID string, nth int) int) *receiver {
@@ -197,7 +200,7 @@ func newReceiver(t *testing.T, answer func(itemID string, nth int) int) *receive
 				nth++
 			}
 		}
-		rc.deliveries = append(rc.deliveries, delivery{key: r.Header.Get("Idempotency-Key"), body: d})
+		rc.deliveries = append(rc.deliveries, delivery{key: r.Header.Get("Idempotency-Key"), attempt: r.Header.Get(publish.AttemptHeader), raw: string(raw), body: d})
 		rc.mu.Unlock()
 		status := http.StatusOK
 		if rc.answer != nil {
@@ -260,7 +263,10 @@ func TestWebhookDeliversEveryItemWithItsKey(t *testing.T) {
 			if d.key != `"`+it.ID+`"` {
 				t.Fatalf("delivery %d of item %s carries key %q", n, it.ID, d.key)
 			}
-			if d.body.Attempt != n+1 || d.body.PublicationID != p.ID || d.body.Asset.ID != assets[i].ID || d.body.Prompt != "a knight in the rain" {
+			if d.raw != ds[0].raw {
+				t.Fatalf("deliveries of item %s differ in their bodies", it.ID)
+			}
+			if d.attempt != strconv.Itoa(n+1) || d.body.PublicationID != p.ID || d.body.Asset.ID != assets[i].ID || d.body.Prompt != "a knight in the rain" {
 				t.Fatalf("delivery %+v", d.body)
 			}
 			raw, err := base64.StdEncoding.DecodeString(d.body.Content)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -19,13 +20,18 @@ import (
 // DefaultWebhookTimeout bounds one delivery.
 const DefaultWebhookTimeout = 30 * time.Second
 
+// AttemptHeader carries the number of a delivery's attempt (1-based).
+const AttemptHeader = "Studio-Delivery-Attempt"
+
 // maxDeliveryAsset bounds the asset bytes one delivery carries.
 const maxDeliveryAsset = 32 << 20
 
 // Webhook is the channel that POSTs each item, as JSON with the asset's
 // bytes, to one URL. Every delivery of an item carries the item's id as
-// its Idempotency-Key header (a quoted string), so a receiver can tell a
-// retry from a new item. A 2xx answer is success; 408, 409, 425, 429, a
+// its Idempotency-Key header (a quoted string) and the same body, byte for
+// byte (the attempt number goes in the Studio-Delivery-Attempt header), so
+// a receiver can tell a retry from a new item, and one that compares
+// payloads under a key finds them equal. A 2xx answer is success; 408, 409, 425, 429, a
 // 5xx or no answer is worth a retry (the runner retries with backoff);
 // any other answer fails the item at once.
 type Webhook struct {
@@ -54,7 +60,6 @@ func NewWebhook(rawURL string, client *http.Client, blobs BlobOpener) (*Webhook,
 type Delivery struct {
 	ItemID        string        `json:"item_id"`
 	PublicationID string        `json:"publication_id"`
-	Attempt       int           `json:"attempt"`
 	Asset         DeliveryAsset `json:"asset"`
 	Prompt        string        `json:"prompt"`
 	Collection    string        `json:"collection"`
@@ -91,7 +96,7 @@ func (w *Webhook) Publish(ctx context.Context, it store.ClaimedItem) error {
 	}
 	a := it.Asset
 	body, err := json.Marshal(Delivery{
-		ItemID: it.ItemID, PublicationID: it.PublicationID, Attempt: it.Attempt,
+		ItemID: it.ItemID, PublicationID: it.PublicationID,
 		Asset:  DeliveryAsset{ID: a.ID, SHA256: a.SHA256, ContentType: a.ContentType, Size: a.Size, Width: a.Width, Height: a.Height},
 		Prompt: it.Prompt, Collection: it.Collection, Frame: it.Frame, Generator: it.Generator, Candidate: it.Candidate,
 		Content: base64.StdEncoding.EncodeToString(data),
@@ -105,6 +110,7 @@ func (w *Webhook) Publish(ctx context.Context, it store.ClaimedItem) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", `"`+it.ItemID+`"`)
+	req.Header.Set(AttemptHeader, strconv.Itoa(it.Attempt))
 	req.Header.Set("User-Agent", "studio-publisher")
 	resp, err := w.client.Do(req)
 	if err != nil {
