@@ -42,12 +42,16 @@ const claimColumns = `t.id, t.batch_id, t.actor, t.collection, t.frame, t.genera
 
 // claimQueuedSQL leases ready queued tasks in fair-share order. Active
 // batches (with a ready task, least recently touched first, at most $5 of
-// them) each offer their first $6 ready tasks in plan order that no other
-// transaction holds (SKIP LOCKED); those are ranked round-robin across
-// actors, then across an actor's batches, then within a batch, and the
-// first $6 are taken. A picked task of a batch asked to cancel is canceled
-// instead. Parameters: $1 owner, $2 expires, $3 wall, $4 now, $5 batches,
-// $6 n.
+// them) each offer their first $7 ready tasks in plan order; those are
+// ranked round-robin across actors, then across an actor's batches, then
+// within a batch, and the first $7 kept. Only then are rows locked: in
+// rank order, FOR NO KEY UPDATE SKIP LOCKED, stopping at $6. The ranking reads rows without
+// locking them, so a claim locks only what it takes; a task another
+// claimer holds is skipped for the next in rank (hence more candidates
+// than $6), and one another claimer took since this statement began fails
+// the recheck of its state. A picked task of a batch asked to cancel is
+// canceled instead. Parameters: $1 owner, $2 expires, $3 wall, $4 now, $5
+// batches, $6 n, $7 candidates per batch.
 const claimQueuedSQL = `WITH active AS (
 	SELECT b.id, b.actor, b.updated_at, b.cancel_requested FROM batches b
 	WHERE b.queued > 0 AND EXISTS (SELECT 1 FROM tasks q
@@ -60,16 +64,22 @@ cand AS (
 	FROM active a CROSS JOIN LATERAL (
 		SELECT q.id FROM tasks q
 		WHERE q.batch_id = a.id AND q.state = 'queued' AND q.run_after <= $4
-		ORDER BY q.id LIMIT $6
-		FOR NO KEY UPDATE SKIP LOCKED) c
+		ORDER BY q.id LIMIT $7) c
 ),
 ranked AS (
 	SELECT id, batch_id, updated_at, cancel_requested,
 		row_number() OVER (PARTITION BY actor ORDER BY rn, updated_at, batch_id) AS arn
 	FROM cand
 ),
+top AS (
+	SELECT id, batch_id, cancel_requested, row_number() OVER (ORDER BY arn, updated_at, batch_id) AS rank
+	FROM ranked ORDER BY arn, updated_at, batch_id LIMIT $7
+),
 pick AS (
-	SELECT id, batch_id, cancel_requested FROM ranked ORDER BY arn, updated_at, batch_id LIMIT $6
+	SELECT q.id, r.batch_id, r.cancel_requested FROM top r JOIN tasks q ON q.id = r.id
+	WHERE q.state = 'queued' AND q.run_after <= $4
+	ORDER BY r.rank LIMIT $6
+	FOR NO KEY UPDATE OF q SKIP LOCKED
 )
 UPDATE tasks t SET
 	state = CASE WHEN p.cancel_requested THEN 'canceled' ELSE 'running' END,
@@ -203,7 +213,7 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 	}
 	expires := now.Add(ttlRoundUp(p.TTL))
 	if n := p.Limit - len(claimed); n > 0 {
-		rows, err := t.tx.Query(ctx, claimQueuedSQL, p.Owner, expires, t.wall, now, max(4*n, 64), n)
+		rows, err := t.tx.Query(ctx, claimQueuedSQL, p.Owner, expires, t.wall, now, max(2*n, 8), n, 2*n+8)
 		if err != nil {
 			return nil, fmt.Errorf("claim tasks: %w", err)
 		}
