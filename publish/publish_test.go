@@ -417,7 +417,7 @@ func TestRunnerRenewsLongItems(t *testing.T) {
 	batch, assets := e.batch("gen", 1)
 	pub := e.publication("pub", batch, assets, intent.ChannelGallery)
 	ch := newBlocking()
-	ttl := 300 * time.Millisecond
+	ttl := 600 * time.Millisecond
 	e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelGallery: ch}, LeaseTTL: ttl})
 	<-ch.started
 	// Another claimer finds nothing to take the whole time.
