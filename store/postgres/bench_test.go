@@ -303,3 +303,126 @@ func BenchmarkLock(b *testing.B) {
 		}, floor)
 	})
 }
+
+// madeAssets makes a batch of n tasks for alice and completes each with an
+// asset; it returns the batch id and the asset ids.
+func madeAssets(b *testing.B, s *postgres.Store, n int) (string, []string) {
+	b.Helper()
+	ctx := context.Background()
+	in := storetest.Intent(b, "alice", "gen", "fp", n)
+	if _, _, err := s.CreateIntent(ctx, in); err != nil {
+		b.Fatal(err)
+	}
+	var ids []string
+	for len(ids) < n {
+		cs, err := s.ClaimTasks(ctx, store.ClaimParams{Owner: "bench", Limit: 100, TTL: time.Minute})
+		if err != nil || len(cs) == 0 {
+			b.Fatalf("claim: %d, %v", len(cs), err)
+		}
+		comps := make([]store.Completion, len(cs))
+		for i, c := range cs {
+			comps[i] = store.Completion{Lease: c.Lease, Asset: intent.Asset{ID: c.TaskID, SHA256: "ab", ContentType: "image/png", Size: 1, Width: 1, Height: 1}}
+		}
+		res, err := s.CompleteTasks(ctx, comps)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+			ids = append(ids, r.AssetID)
+		}
+	}
+	return in.Batch.ID, ids
+}
+
+// BenchmarkPublicationCommit commits a publication of 600 assets
+// (CreateIntent: binding first, the publication selected from the actor's
+// batch, the items in one INSERT from arrays joined to the assets and their
+// tasks, a check that every asset was found). Floor: the binding, the
+// publication and the items as bare INSERTs, the items from the same
+// arrays with no join.
+func BenchmarkPublicationCommit(b *testing.B) {
+	ctx := context.Background()
+	s := benchStore(b)
+	batch, assets := madeAssets(b, s, 600)
+	pub := func(prefix string) []intent.NewIntent {
+		out := make([]intent.NewIntent, b.N)
+		for i := range out {
+			out[i] = storetest.PublicationIntent(b, "alice", fmt.Sprintf("%s-%d", prefix, i), "fp", batch, assets, intent.ChannelGallery)
+		}
+		return out
+	}
+	ins, floor := pub("s"), pub("f")
+	alternate(b, func(i int) error {
+		_, created, err := s.CreateIntent(ctx, ins[i])
+		if err == nil && !created {
+			err = fmt.Errorf("not created")
+		}
+		return err
+	}, func(i int) error {
+		bd, np := floor[i].Binding, floor[i].Publication
+		return pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO intents (actor, request_id, operation, fingerprint, resource_id, created_at)
+				VALUES ($1, $2, $3, $4, $5, $6)`, bd.Actor, bd.RequestID, bd.Operation, bd.Fingerprint, bd.ResourceID, bd.CreatedAt); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO publications (id, actor, request_id, batch_id, channel, item_count, queued, created_at, updated_at)
+				VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $7)`, np.ID, bd.Actor, bd.RequestID, np.BatchID, np.Channel, len(np.Items), np.CreatedAt); err != nil {
+				return err
+			}
+			ids, as := make([]string, len(np.Items)), make([]string, len(np.Items))
+			for j, it := range np.Items {
+				ids[j], as[j] = it.ID, it.AssetID
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO publication_items (id, publication_id, asset_id, created_at, updated_at)
+				SELECT u.id, $1, u.asset, $2, $2 FROM unnest($3::text[], $4::text[]) AS u(id, asset)`, np.ID, np.CreatedAt, ids, as)
+			return err
+		})
+	})
+}
+
+// BenchmarkUploadCommit runs CreateUpload with a client key (the asset,
+// then the key with ON CONFLICT DO NOTHING) beside the floor of the two
+// bare inserts.
+func BenchmarkUploadCommit(b *testing.B) {
+	ctx := context.Background()
+	s := benchStore(b)
+	ups := func(prefix string) []intent.NewUpload {
+		out := make([]intent.NewUpload, b.N)
+		for i := range out {
+			out[i] = intent.NewUpload{ClientKey: fmt.Sprintf("%s-%d", prefix, i), Asset: intent.Asset{ID: mustIDB(b), Actor: "alice",
+				SHA256: "ab", ContentType: "image/png", Size: 100, Width: 8, Height: 8, CreatedAt: time.Now()}}
+		}
+		return out
+	}
+	ins, floor := ups("s"), ups("f")
+	alternate(b, func(i int) error {
+		_, created, err := s.CreateUpload(ctx, ins[i])
+		if err == nil && !created {
+			err = fmt.Errorf("not created")
+		}
+		return err
+	}, func(i int) error {
+		a := floor[i].Asset
+		return pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO assets (id, actor, task_id, sha256, content_type, size, width, height, created_at)
+				VALUES ($1, $2, NULL, $3, $4, $5, $6, $7, $8)`, a.ID, a.Actor, a.SHA256, a.ContentType, a.Size, a.Width, a.Height, a.CreatedAt); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO upload_keys (actor, client_key, asset_id, sha256, created_at)
+				VALUES ($1, $2, $3, $4, $5)`, a.Actor, floor[i].ClientKey, a.ID, a.SHA256, a.CreatedAt)
+			return err
+		})
+	})
+}
+
+func mustIDB(b *testing.B) string {
+	b.Helper()
+	id, err := intent.NewID()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return id
+}

@@ -50,11 +50,14 @@ func insertPublication(ctx context.Context, tx pgx.Tx, b intent.Binding, np *int
 	for i, it := range np.Items {
 		ids[i], assets[i] = it.ID, it.AssetID
 	}
+	// Each asset is looked up by its key (a correlated subquery: two
+	// primary-key reads per item), whatever the planner thinks of the
+	// arrays' size; a join let it compare every asset with every task.
 	rows, err := tx.Query(ctx, `INSERT INTO publication_items (id, publication_id, asset_id, created_at, updated_at)
-		SELECT u.id, $1, a.id, $2, $2
+		SELECT u.id, $1, u.asset, $2, $2
 		FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS u(id, asset, ord)
-		JOIN assets a ON a.id = u.asset AND a.actor = $5
-		JOIN tasks t ON t.id = a.task_id AND t.batch_id = $6
+		WHERE (SELECT t.batch_id FROM assets a JOIN tasks t ON t.id = a.task_id
+			WHERE a.id = u.asset AND a.actor = $5) = $6
 		ORDER BY u.ord
 		RETURNING asset_id`, np.ID, now, ids, assets, b.Actor, np.BatchID)
 	if err != nil {
