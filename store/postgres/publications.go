@@ -89,8 +89,9 @@ func (s *Store) CheckPublicationAssets(ctx context.Context, actor, batchID strin
 		out.Foreign = slices.Clone(assetIDs)
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT a.id FROM assets a JOIN tasks t ON t.id = a.task_id
-		WHERE a.id = ANY ($1) AND a.actor = $2 AND t.batch_id = $3`, assetIDs, actor, batchID)
+	rows, err := s.pool.Query(ctx, `SELECT u.id FROM unnest($1::text[]) AS u(id)
+		WHERE (SELECT t.batch_id FROM assets a JOIN tasks t ON t.id = a.task_id
+			WHERE a.id = u.id AND a.actor = $2) = $3`, assetIDs, actor, batchID)
 	if err != nil {
 		return out, fmt.Errorf("check publication assets: %w", err)
 	}
