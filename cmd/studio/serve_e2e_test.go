@@ -281,3 +281,43 @@ func TestEnvironmentAndFlags(t *testing.T) {
 		t.Fatalf("a bad variable was not named: %v", err)
 	}
 }
+
+// An answered 201 survives a crash of the process (SIGKILL right after the
+// answer), in both synchronous modes: the retry after restart is a replay
+// of the same batch, not a new one.
+func TestAnswered201SurvivesKill(t *testing.T) {
+	t.Parallel()
+	for _, sync := range []string{"FULL", "NORMAL"} {
+		t.Run(sync, func(t *testing.T) {
+			t.Parallel()
+			data := t.TempDir()
+			env := []string{"STUDIO_DATA=" + data, "STUDIO_WORKERS=0", "STUDIO_SQLITE_SYNCHRONOUS=" + sync}
+			p := startProcess(t, env, "serve", "--addr", "127.0.0.1:0")
+			token := readToken(t, data)
+			c := newClient(t, p.Addr, token)
+			ctx := context.Background()
+			ids := map[string]string{}
+			for i := 0; i < 20; i++ {
+				rid := fmt.Sprintf("crash-%d", i)
+				var out batchAnswer
+				resp, err := c.do(ctx, "POST", "/v1/generations", generation(rid, "f01", "f02"), &out)
+				if err != nil || resp.StatusCode != http.StatusCreated {
+					t.Fatalf("%s: %v %v", rid, resp, err)
+				}
+				ids[rid] = out.ID
+			}
+			p.signal(syscall.SIGKILL)
+			p.wait(30 * time.Second)
+
+			q := startProcess(t, env, "serve", "--addr", "127.0.0.1:0")
+			c = newClient(t, q.Addr, token)
+			for rid, id := range ids {
+				var out batchAnswer
+				resp, err := c.do(ctx, "POST", "/v1/generations", generation(rid, "f01", "f02"), &out)
+				if err != nil || resp.StatusCode != http.StatusOK || out.ID != id {
+					t.Fatalf("%s after kill -9: status %v, batch %s, want a replay of %s (%v)", rid, resp.StatusCode, out.ID, id, err)
+				}
+			}
+		})
+	}
+}
