@@ -57,6 +57,8 @@ type Store struct {
 	read  *sql.DB // read-only connections
 	now   func() time.Time
 	path  string
+	// taskStmts are the worker statements, prepared at first use (tasks.go).
+	taskStmts taskStmts
 }
 
 // Open opens (creating if needed) the database at cfg.Path and applies every

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"studio/intent"
@@ -30,35 +31,97 @@ const notCanceling = `(SELECT cancel_requested FROM batches WHERE batches.id = t
 // claimColumns are what a claim returns of each task.
 const claimColumns = `id, batch_id, actor, collection, frame, generator, candidate, attempts, fence, step, provider_ref, lease_expires_at`
 
-// claimQueuedSQL leases ready queued tasks in fair-share order. Active
-// batches (with a ready task, least recently touched first, at most
-// :batches of them) each offer their first :n ready tasks in plan order;
-// those are ranked round-robin across actors, then across an actor's
-// batches, then within a batch, and the first :n are taken.
-const claimQueuedSQL = `UPDATE tasks SET state = 'running', fence = fence + 1, attempts = attempts + 1,
-	lease_owner = :owner, lease_expires_at = :expires, updated_at = :wall
-WHERE id IN (
-	WITH active AS (
-		SELECT b.id, b.actor, b.updated_at FROM batches b
-		WHERE b.queued > 0 AND EXISTS (SELECT 1 FROM tasks q
-			WHERE q.batch_id = b.id AND q.state = 'queued' AND q.run_after <= :now)
-		ORDER BY b.updated_at, b.id LIMIT :batches
-	),
-	cand AS (
-		SELECT t.id, a.actor, a.id AS batch_id, a.updated_at,
-			ROW_NUMBER() OVER (PARTITION BY a.id ORDER BY t.id) AS rn
-		FROM active a JOIN tasks t ON t.id IN (SELECT q.id FROM tasks q
-			WHERE q.batch_id = a.id AND q.state = 'queued' AND q.run_after <= :now
-			ORDER BY q.id LIMIT :n)
-	),
-	ranked AS (
-		SELECT id, batch_id, updated_at,
-			ROW_NUMBER() OVER (PARTITION BY actor ORDER BY rn, updated_at, batch_id) AS arn
-		FROM cand
-	)
-	SELECT id FROM ranked ORDER BY arn, updated_at, batch_id LIMIT :n
-)
+// activeBatchesSQL lists the batches that have a ready queued task, least
+// recently touched first: the candidates of a claim's round-robin.
+const activeBatchesSQL = `SELECT b.id, b.actor FROM batches b
+	WHERE b.queued > 0 AND EXISTS (SELECT 1 FROM tasks q
+		WHERE q.batch_id = b.id AND q.state = 'queued' AND q.run_after <= ?)
+	ORDER BY b.updated_at, b.id LIMIT ?`
+
+// claimBatchSQL leases the first ready queued tasks of one batch, in plan
+// order. Parameters: owner, expires, wall, batch, now, limit.
+const claimBatchSQL = `UPDATE tasks SET state = 'running', fence = fence + 1, attempts = attempts + 1,
+	lease_owner = ?, lease_expires_at = ?, updated_at = ?
+WHERE id IN (SELECT q.id FROM tasks q
+	WHERE q.batch_id = ? AND q.state = 'queued' AND q.run_after <= ?
+	ORDER BY q.id LIMIT ?)
 RETURNING ` + claimColumns
+
+// The task methods' statements, prepared once per store (see taskStmts).
+const (
+	updateCountsSQL = `UPDATE batches SET queued = queued + ?, running = running + ?,
+		succeeded = succeeded + ?, failed = failed + ?, canceled = canceled + ?,
+		started = MAX(started, ?), updated_at = ? WHERE id = ?`
+	findExpiredSQL = `SELECT t.id, t.batch_id, t.fence, t.attempts, t.attempts - t.released, b.cancel_requested
+		FROM tasks t JOIN batches b ON b.id = t.batch_id
+		WHERE t.state = 'running' AND t.lease_expires_at <= ?
+		ORDER BY t.lease_expires_at LIMIT ?`
+	cancelExpiredSQL = `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
+		WHERE id = ? AND fence = ?`
+	failExpiredSQL = `UPDATE tasks SET state = 'failed', error = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
+		WHERE id = ? AND fence = ?`
+	reclaimSQL = `UPDATE tasks SET fence = fence + 1, attempts = attempts + 1,
+		lease_owner = ?, lease_expires_at = ?, updated_at = ? WHERE id = ? AND fence = ? RETURNING ` + claimColumns
+	specSQL      = `SELECT spec FROM batches WHERE id = ?`
+	renewTaskSQL = `UPDATE tasks SET lease_expires_at = ?
+		WHERE ` + liveLease + ` AND lease_owner = ?
+		RETURNING (SELECT cancel_requested FROM batches WHERE batches.id = tasks.batch_id)`
+	cancelLiveSQL = `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
+		WHERE ` + liveLease + ` AND NOT ` + notCanceling + ` RETURNING batch_id`
+	saveStepSQL = `UPDATE tasks SET step = ?, provider_ref = ?, updated_at = ?
+		WHERE ` + liveLease + ` AND ` + notCanceling
+	// The task first: its asset is the one already stored for it, if any,
+	// else the new one, inserted only once the fenced update matched.
+	completeSQL = `UPDATE tasks SET state = 'succeeded', error = NULL,
+		asset_id = COALESCE((SELECT a.id FROM assets a WHERE a.task_id = tasks.id), ?),
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
+		WHERE ` + liveLease + ` AND ` + notCanceling + `
+		RETURNING batch_id, actor, asset_id`
+	insertAssetSQL = `INSERT INTO assets (id, actor, task_id, sha256, content_type, size, width, height, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	failCheckSQL = `SELECT batch_id, attempts - released, NOT ` + notCanceling + `
+		FROM tasks WHERE ` + liveLease
+	failSQL = `UPDATE tasks SET state = ?, error = ?, run_after = ?,
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE ` + liveLease
+	releaseTaskSQL = `UPDATE tasks SET
+		state = CASE WHEN ` + notCanceling + ` THEN 'queued' ELSE 'canceled' END,
+		released = released + 1, run_after = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
+		WHERE ` + liveLease + ` RETURNING batch_id, state`
+)
+
+var taskSQL = []string{dbNowSQL, activeBatchesSQL, claimBatchSQL, updateCountsSQL, findExpiredSQL, cancelExpiredSQL, failExpiredSQL,
+	reclaimSQL, specSQL, renewTaskSQL, cancelLiveSQL, saveStepSQL, completeSQL, insertAssetSQL, failCheckSQL, failSQL, releaseTaskSQL}
+
+// taskStmts are the task statements prepared on the write pool, once: the
+// claim alone is a large statement to compile, and the worker's writes are
+// many small transactions. They are prepared before a transaction begins
+// (the pool has one connection) and bound to each transaction with
+// Tx.StmtContext, which reuses the connection's prepared statement.
+type taskStmts struct {
+	mu    sync.Mutex
+	stmts map[string]*sql.Stmt
+}
+
+func (c *taskStmts) prepare(ctx context.Context, db *sql.DB) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stmts != nil {
+		return nil
+	}
+	m := make(map[string]*sql.Stmt, len(taskSQL))
+	for _, q := range taskSQL {
+		st, err := db.PrepareContext(ctx, q)
+		if err != nil {
+			for _, p := range m {
+				p.Close()
+			}
+			return fmt.Errorf("prepare task statements: %w", err)
+		}
+		m[q] = st
+	}
+	c.stmts = m
+	return nil
+}
 
 // countDelta is how one batch's counts move in a transaction.
 type countDelta struct {
@@ -78,7 +141,7 @@ func (d deltas) of(batchID string) *countDelta {
 }
 
 // apply writes the batches' new counts, in batch id order.
-func (d deltas) apply(ctx context.Context, tx *sql.Tx, wall int64) error {
+func (d deltas) apply(ctx context.Context, t *taskTx) error {
 	if len(d) == 0 {
 		return nil
 	}
@@ -87,16 +150,10 @@ func (d deltas) apply(ctx context.Context, tx *sql.Tx, wall int64) error {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	stmt, err := tx.PrepareContext(ctx, `UPDATE batches SET queued = queued + ?, running = running + ?,
-		succeeded = succeeded + ?, failed = failed + ?, canceled = canceled + ?,
-		started = MAX(started, ?), updated_at = ? WHERE id = ?`)
-	if err != nil {
-		return fmt.Errorf("update counts: %w", err)
-	}
-	defer stmt.Close()
+	stmt := t.stmt(ctx, updateCountsSQL)
 	for _, id := range ids {
 		c := d[id]
-		if _, err := stmt.ExecContext(ctx, c.queued, c.running, c.succeeded, c.failed, c.canceled, c.started, wall, id); err != nil {
+		if _, err := stmt.ExecContext(ctx, c.queued, c.running, c.succeeded, c.failed, c.canceled, c.started, t.wall, id); err != nil {
 			return fmt.Errorf("update counts of batch %s: %w", id, err)
 		}
 	}
@@ -106,6 +163,7 @@ func (d deltas) apply(ctx context.Context, tx *sql.Tx, wall int64) error {
 // taskTx is one write transaction of the task methods: the database's
 // clock, the wall clock for updated_at, and the counts that move.
 type taskTx struct {
+	s      *Store
 	tx     *sql.Tx
 	now    int64 // database clock, ms
 	wall   int64 // s.now(), ms
@@ -113,20 +171,28 @@ type taskTx struct {
 }
 
 func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
+	if err := s.taskStmts.prepare(ctx, s.write); err != nil {
+		return nil, err
+	}
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
-	t := &taskTx{tx: tx, wall: ms(s.now()), deltas: deltas{}}
-	if err := tx.QueryRowContext(ctx, dbNowSQL).Scan(&t.now); err != nil {
+	t := &taskTx{s: s, tx: tx, wall: ms(s.now()), deltas: deltas{}}
+	if err := t.stmt(ctx, dbNowSQL).QueryRowContext(ctx).Scan(&t.now); err != nil {
 		tx.Rollback()
 		return nil, fmt.Errorf("read database clock: %w", err)
 	}
 	return t, nil
 }
 
+// stmt binds a prepared statement to the transaction.
+func (t *taskTx) stmt(ctx context.Context, q string) *sql.Stmt {
+	return t.tx.StmtContext(ctx, t.s.taskStmts.stmts[q])
+}
+
 func (t *taskTx) commit(ctx context.Context) error {
-	if err := t.deltas.apply(ctx, t.tx, t.wall); err != nil {
+	if err := t.deltas.apply(ctx, t); err != nil {
 		return err
 	}
 	return t.tx.Commit()
@@ -155,20 +221,9 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	if n := p.Limit - len(claimed); n > 0 {
-		rows, err := t.tx.QueryContext(ctx, claimQueuedSQL, sql.Named("owner", p.Owner), sql.Named("expires", expires),
-			sql.Named("wall", t.wall), sql.Named("now", t.now), sql.Named("batches", max(4*n, 64)), sql.Named("n", n))
+		fresh, err := t.claimQueued(ctx, p.Owner, expires, n)
 		if err != nil {
 			return nil, fmt.Errorf("claim tasks: %w", err)
-		}
-		fresh, err := scanClaims(rows)
-		if err != nil {
-			return nil, fmt.Errorf("claim tasks: %w", err)
-		}
-		for _, c := range fresh {
-			d := t.deltas.of(c.BatchID)
-			d.queued--
-			d.running++
-			d.started = true
 		}
 		claimed = append(claimed, fresh...)
 	}
@@ -181,14 +236,123 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 	return claimed, nil
 }
 
+// claimQueued leases up to n ready queued tasks in fair-share order:
+// round-robin across the actors of the active batches, across each
+// actor's batches, in plan order within a batch. The shares are counted
+// here and each batch's share taken with one statement; a batch with fewer
+// ready tasks than its share leaves the rest to the others, in another
+// round. All of it runs in the claim's IMMEDIATE transaction, so no other
+// claim sees the tasks between the choice and the update.
+func (t *taskTx) claimQueued(ctx context.Context, owner string, expires int64, n int) ([]store.ClaimedTask, error) {
+	rows, err := t.stmt(ctx, activeBatchesSQL).QueryContext(ctx, t.now, max(4*n, 64))
+	if err != nil {
+		return nil, fmt.Errorf("find active batches: %w", err)
+	}
+	var actors []*actorQueue
+	byActor := map[string]*actorQueue{}
+	for rows.Next() {
+		var id, actor string
+		if err := rows.Scan(&id, &actor); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("find active batches: %w", err)
+		}
+		q := byActor[actor]
+		if q == nil {
+			q = &actorQueue{}
+			byActor[actor] = q
+			actors = append(actors, q)
+		}
+		q.batches = append(q.batches, id)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	stmt := t.stmt(ctx, claimBatchSQL)
+	var out []store.ClaimedTask
+	for len(out) < n && len(actors) > 0 {
+		shares := roundRobin(actors, n-len(out))
+		for _, sh := range shares {
+			rows, err := stmt.QueryContext(ctx, owner, expires, t.wall, sh.batch, t.now, sh.n)
+			if err != nil {
+				return nil, fmt.Errorf("claim from batch %s: %w", sh.batch, err)
+			}
+			got, err := scanClaims(rows)
+			if err != nil {
+				return nil, fmt.Errorf("claim from batch %s: %w", sh.batch, err)
+			}
+			if len(got) < sh.n {
+				sh.q.drop(sh.batch)
+			}
+			d := t.deltas.of(sh.batch)
+			d.queued -= len(got)
+			d.running += len(got)
+			d.started = d.started || len(got) > 0
+			out = append(out, got...)
+		}
+		actors = slices.DeleteFunc(actors, func(q *actorQueue) bool { return len(q.batches) == 0 })
+	}
+	return out, nil
+}
+
+// actorQueue is one actor's active batches, in turn order.
+type actorQueue struct {
+	batches []string
+	next    int // the batch whose turn is next
+}
+
+func (q *actorQueue) drop(batch string) {
+	if i := slices.Index(q.batches, batch); i >= 0 {
+		q.batches = slices.Delete(q.batches, i, i+1)
+		if q.next > i {
+			q.next--
+		}
+		if q.next >= len(q.batches) {
+			q.next = 0
+		}
+	}
+}
+
+// share is how many tasks to take from one batch.
+type share struct {
+	q     *actorQueue
+	batch string
+	n     int
+}
+
+// roundRobin deals n picks one at a time across the actors, each actor
+// giving its pick to its batches in turn, and answers the picks per batch
+// in the order their first pick was dealt.
+func roundRobin(actors []*actorQueue, n int) []*share {
+	var out []*share
+	idx := map[string]*share{}
+	for dealt := 0; dealt < n; {
+		for _, q := range actors {
+			if dealt == n {
+				break
+			}
+			b := q.batches[q.next]
+			q.next = (q.next + 1) % len(q.batches)
+			sh := idx[b]
+			if sh == nil {
+				sh = &share{q: q, batch: b}
+				idx[b] = sh
+				out = append(out, sh)
+			}
+			sh.n++
+			dealt++
+		}
+	}
+	return out
+}
+
 // reclaimExpired handles running tasks whose lease expired, oldest expiry
 // first, at most p.Limit of them: canceled if their batch was asked to
 // cancel, failed if they used every attempt, otherwise claimed again.
 func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams, expires int64) ([]store.ClaimedTask, error) {
-	rows, err := t.tx.QueryContext(ctx, `SELECT t.id, t.batch_id, t.fence, t.attempts, t.attempts - t.released, b.cancel_requested
-		FROM tasks t JOIN batches b ON b.id = t.batch_id
-		WHERE t.state = 'running' AND t.lease_expires_at <= ?
-		ORDER BY t.lease_expires_at LIMIT ?`, t.now, p.Limit)
+	rows, err := t.stmt(ctx, findExpiredSQL).QueryContext(ctx, t.now, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("find expired leases: %w", err)
 	}
@@ -217,8 +381,7 @@ func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams, expire
 	for _, e := range found {
 		switch {
 		case e.cancelRequested:
-			if _, err := t.tx.ExecContext(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
-				WHERE id = ? AND fence = ?`, t.wall, e.id, e.fence); err != nil {
+			if _, err := t.stmt(ctx, cancelExpiredSQL).ExecContext(ctx, t.wall, e.id, e.fence); err != nil {
 				return nil, fmt.Errorf("cancel expired task: %w", err)
 			}
 			d := t.deltas.of(e.batch)
@@ -226,17 +389,14 @@ func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams, expire
 			d.canceled++
 		case p.MaxAttempts > 0 && e.used >= p.MaxAttempts:
 			msg := fmt.Sprintf("attempt %d: the lease expired (the worker stopped or crashed); no attempts left", e.attempts)
-			if _, err := t.tx.ExecContext(ctx, `UPDATE tasks SET state = 'failed', error = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
-				WHERE id = ? AND fence = ?`, msg, t.wall, e.id, e.fence); err != nil {
+			if _, err := t.stmt(ctx, failExpiredSQL).ExecContext(ctx, msg, t.wall, e.id, e.fence); err != nil {
 				return nil, fmt.Errorf("fail expired task: %w", err)
 			}
 			d := t.deltas.of(e.batch)
 			d.running--
 			d.failed++
 		default:
-			rows, err := t.tx.QueryContext(ctx, `UPDATE tasks SET fence = fence + 1, attempts = attempts + 1,
-				lease_owner = ?, lease_expires_at = ?, updated_at = ? WHERE id = ? AND fence = ? RETURNING `+claimColumns,
-				p.Owner, expires, t.wall, e.id, e.fence)
+			rows, err := t.stmt(ctx, reclaimSQL).QueryContext(ctx, p.Owner, expires, t.wall, e.id, e.fence)
 			if err != nil {
 				return nil, fmt.Errorf("reclaim expired task: %w", err)
 			}
@@ -273,7 +433,7 @@ func (t *taskTx) attachSpecs(ctx context.Context, cs []store.ClaimedTask) error 
 	for i := range cs {
 		spec, ok := specs[cs[i].BatchID]
 		if !ok {
-			if err := t.tx.QueryRowContext(ctx, `SELECT spec FROM batches WHERE id = ?`, cs[i].BatchID).Scan(&spec); err != nil {
+			if err := t.stmt(ctx, specSQL).QueryRowContext(ctx, cs[i].BatchID).Scan(&spec); err != nil {
 				return fmt.Errorf("read spec of batch %s: %w", cs[i].BatchID, err)
 			}
 			specs[cs[i].BatchID] = spec
@@ -298,13 +458,7 @@ func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (store.Ren
 	}
 	defer t.rollback()
 	expires := t.now + ttlMS(p.TTL)
-	stmt, err := t.tx.PrepareContext(ctx, `UPDATE tasks SET lease_expires_at = ?
-		WHERE `+liveLease+` AND lease_owner = ?
-		RETURNING (SELECT cancel_requested FROM batches WHERE batches.id = tasks.batch_id)`)
-	if err != nil {
-		return res, fmt.Errorf("renew leases: %w", err)
-	}
-	defer stmt.Close()
+	stmt := t.stmt(ctx, renewTaskSQL)
 	for _, l := range p.Leases {
 		var canceling bool
 		err := stmt.QueryRowContext(ctx, expires, l.TaskID, l.Fence, t.now, p.Owner).Scan(&canceling)
@@ -329,8 +483,7 @@ func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (store.Ren
 // ErrLeaseLost when the lease is not live.
 func (t *taskTx) cancelIfRequested(ctx context.Context, l store.Lease) error {
 	var batch string
-	err := t.tx.QueryRowContext(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
-		WHERE `+liveLease+` AND NOT `+notCanceling+` RETURNING batch_id`, t.wall, l.TaskID, l.Fence, t.now).Scan(&batch)
+	err := t.stmt(ctx, cancelLiveSQL).QueryRowContext(ctx, t.wall, l.TaskID, l.Fence, t.now).Scan(&batch)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return store.ErrLeaseLost
@@ -359,12 +512,7 @@ func (s *Store) SaveSteps(ctx context.Context, steps []store.StepSave) ([]error,
 		return nil, fmt.Errorf("save steps: %w", err)
 	}
 	defer t.rollback()
-	stmt, err := t.tx.PrepareContext(ctx, `UPDATE tasks SET step = ?, provider_ref = ?, updated_at = ?
-		WHERE `+liveLease+` AND `+notCanceling)
-	if err != nil {
-		return nil, fmt.Errorf("save steps: %w", err)
-	}
-	defer stmt.Close()
+	stmt := t.stmt(ctx, saveStepSQL)
 	out := make([]error, len(steps))
 	for i, st := range steps {
 		res, err := stmt.ExecContext(ctx, st.Step, st.ProviderRef, t.wall, st.TaskID, st.Fence, t.now)
@@ -400,23 +548,7 @@ func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]sto
 		return nil, fmt.Errorf("complete tasks: %w", err)
 	}
 	defer t.rollback()
-	// The task first: its asset is the one already stored for it, if any,
-	// else the new one, inserted only once the fenced update matched.
-	done, err := t.tx.PrepareContext(ctx, `UPDATE tasks SET state = 'succeeded', error = NULL,
-		asset_id = COALESCE((SELECT a.id FROM assets a WHERE a.task_id = tasks.id), ?),
-		lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
-		WHERE `+liveLease+` AND `+notCanceling+`
-		RETURNING batch_id, actor, asset_id`)
-	if err != nil {
-		return nil, fmt.Errorf("complete tasks: %w", err)
-	}
-	defer done.Close()
-	insert, err := t.tx.PrepareContext(ctx, `INSERT INTO assets (id, actor, task_id, sha256, content_type, size, width, height, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return nil, fmt.Errorf("complete tasks: %w", err)
-	}
-	defer insert.Close()
+	done, insert := t.stmt(ctx, completeSQL), t.stmt(ctx, insertAssetSQL)
 	out := make([]store.CompletionResult, len(cs))
 	for i, c := range cs {
 		var batch, actor, assetID string
@@ -458,8 +590,7 @@ func (s *Store) FailTask(ctx context.Context, f store.Failure) (string, error) {
 	var batch string
 	var used int
 	var canceling bool
-	err = t.tx.QueryRowContext(ctx, `SELECT batch_id, attempts - released, NOT `+notCanceling+`
-		FROM tasks WHERE `+liveLease, f.TaskID, f.Fence, t.now).Scan(&batch, &used, &canceling)
+	err = t.stmt(ctx, failCheckSQL).QueryRowContext(ctx, f.TaskID, f.Fence, t.now).Scan(&batch, &used, &canceling)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return "", store.ErrLeaseLost
@@ -474,9 +605,7 @@ func (s *Store) FailTask(ctx context.Context, f store.Failure) (string, error) {
 		state = intent.StateFailed
 	}
 	runAfter := t.now + max(ttlMS(f.Backoff), 0)
-	if _, err := t.tx.ExecContext(ctx, `UPDATE tasks SET state = ?, error = ?, run_after = ?,
-		lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE `+liveLease,
-		state, f.Error, runAfter, t.wall, f.TaskID, f.Fence, t.now); err != nil {
+	if _, err := t.stmt(ctx, failSQL).ExecContext(ctx, state, f.Error, runAfter, t.wall, f.TaskID, f.Fence, t.now); err != nil {
 		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
 	}
 	d := t.deltas.of(batch)
@@ -505,14 +634,7 @@ func (s *Store) ReleaseTasks(ctx context.Context, leases []store.Lease) ([]error
 		return nil, fmt.Errorf("release tasks: %w", err)
 	}
 	defer t.rollback()
-	stmt, err := t.tx.PrepareContext(ctx, `UPDATE tasks SET
-		state = CASE WHEN `+notCanceling+` THEN 'queued' ELSE 'canceled' END,
-		released = released + 1, run_after = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
-		WHERE `+liveLease+` RETURNING batch_id, state`)
-	if err != nil {
-		return nil, fmt.Errorf("release tasks: %w", err)
-	}
-	defer stmt.Close()
+	stmt := t.stmt(ctx, releaseTaskSQL)
 	out := make([]error, len(leases))
 	for i, l := range leases {
 		var batch, state string
