@@ -1,0 +1,214 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"studio/blob"
+	"studio/generator"
+	"studio/intent"
+	"studio/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultConcurrency = 4
+	DefaultLeaseTTL    = 30 * time.Second
+	DefaultMaxAttempts = 5
+	DefaultRetryBase   = 500 * time.Millisecond
+	DefaultRetryMax    = time.Minute
+	DefaultGrace       = 10 * time.Second
+	DefaultPollMin     = 20 * time.Millisecond
+	DefaultPollMax     = time.Second
+	DefaultSweepEvery  = time.Hour
+	DefaultSweepAge    = time.Hour
+	// DefaultStepRecordAfter: steps shorter than this are not recorded.
+	DefaultStepRecordAfter = 100 * time.Millisecond
+)
+
+// Steps a running task records.
+const (
+	// StepNew: nothing done yet (the stored step is empty).
+	StepNew = ""
+	// StepSubmitted: the generator took the job; the reference is stored.
+	StepSubmitted = "submitted"
+	// StepWaited: the job is done; the image can be fetched.
+	StepWaited = "waited"
+)
+
+// Generators finds a task's generator by id. *generator.Registry is one;
+// an error (permanent, as the registry's) fails the task.
+type Generators interface {
+	Get(id string) (generator.Generator, error)
+}
+
+// Config configures a Pool. Zero fields take the defaults above.
+type Config struct {
+	Store      store.TaskStore
+	Generators Generators
+	Blobs      blob.Store
+	// Concurrency is how many tasks run at once.
+	Concurrency int
+	// LeaseTTL is the length of a task lease; it is renewed every third.
+	LeaseTTL time.Duration
+	// MaxAttempts is how many failed tries make a task failed.
+	MaxAttempts int
+	// RetryBase is the wait after a first failure; it doubles per attempt,
+	// with jitter, up to RetryMax.
+	RetryBase time.Duration
+	RetryMax  time.Duration
+	// Grace is how long Stop lets running steps end before it cancels
+	// them; either way their leases are handed back.
+	Grace time.Duration
+	// StepRecordAfter: a step is recorded only once redoing it would take
+	// this long (see the package doc); negative records every step at once.
+	StepRecordAfter time.Duration
+	// Limiter bounds each generator's concurrency (max_concurrency); nil
+	// means no bound but Concurrency.
+	Limiter Limiter
+	// Logger gets what the pool does; nil discards.
+	Logger *slog.Logger
+	// Owner names this pool's leases; random by default.
+	Owner string
+	// PollMin and PollMax bound the wait between claims that found nothing.
+	PollMin, PollMax time.Duration
+	// SweepEvery is how often the pool sweeps unnamed blobs (the first a
+	// minute after Start, or sooner if SweepEvery is shorter); negative
+	// disables sweeps. SweepAge is the age below which a blob is kept.
+	SweepEvery, SweepAge time.Duration
+	// Now is the local clock for lease deadlines; time.Now by default.
+	Now func() time.Time
+	// NewID makes asset ids; intent.NewID by default.
+	NewID func() (string, error)
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	out := *c
+	if out.Store == nil || out.Generators == nil || out.Blobs == nil {
+		return out, errors.New("new worker pool: Store, Generators and Blobs are required")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if out.Concurrency <= 0 {
+		out.Concurrency = DefaultConcurrency
+	}
+	if out.MaxAttempts <= 0 {
+		out.MaxAttempts = DefaultMaxAttempts
+	}
+	def(&out.LeaseTTL, DefaultLeaseTTL)
+	def(&out.RetryBase, DefaultRetryBase)
+	def(&out.RetryMax, DefaultRetryMax)
+	def(&out.Grace, DefaultGrace)
+	def(&out.PollMin, DefaultPollMin)
+	def(&out.PollMax, DefaultPollMax)
+	def(&out.SweepAge, DefaultSweepAge)
+	if out.StepRecordAfter == 0 {
+		out.StepRecordAfter = DefaultStepRecordAfter
+	}
+	out.StepRecordAfter = max(out.StepRecordAfter, 0)
+	if out.SweepEvery == 0 {
+		out.SweepEvery = DefaultSweepEvery
+	}
+	if out.PollMax < out.PollMin {
+		out.PollMax = out.PollMin
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	if out.NewID == nil {
+		out.NewID = intent.NewID
+	}
+	if out.Owner == "" {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return out, fmt.Errorf("new worker pool: %w", err)
+		}
+		out.Owner = "worker-" + hex.EncodeToString(b[:])
+	}
+	return out, nil
+}
+
+// Pool runs tasks: Start begins claiming, Stop stops gracefully. Both are
+// safe to call any number of times and in any order; a Pool stopped can be
+// started again.
+type Pool struct {
+	cfg Config
+
+	mu  sync.Mutex
+	cur *run // nil while stopped
+}
+
+// New checks cfg and returns a stopped pool.
+func New(cfg Config) (*Pool, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Pool{cfg: c}, nil
+}
+
+// Owner is the name on this pool's leases.
+func (p *Pool) Owner() string { return p.cfg.Owner }
+
+// Start begins claiming and running tasks, in goroutines that live until
+// Stop (ctx only carries values). Starting a started pool does nothing;
+// starting a pool that is stopping waits for the stop to end, then starts.
+func (p *Pool) Start(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		r := p.cur
+		if r == nil {
+			p.cur = newRun(context.WithoutCancel(ctx), p.cfg)
+			p.cur.start()
+			p.mu.Unlock()
+			return nil
+		}
+		p.mu.Unlock()
+		if !r.isStopping() {
+			return nil
+		}
+		select {
+		case <-r.done:
+			p.mu.Lock()
+			if p.cur == r {
+				p.cur = nil
+			}
+			p.mu.Unlock()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Stop stops claiming, lets running steps end within Grace (or until ctx
+// ends), hands the leases of unfinished tasks back, and returns once every
+// task and loop of the pool has ended. Stopping a stopped pool does
+// nothing; concurrent calls all wait for the one stop.
+func (p *Pool) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	r := p.cur
+	p.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	r.stop(ctx)
+	p.mu.Lock()
+	if p.cur == r {
+		p.cur = nil
+	}
+	p.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,151 @@
+package worker_test
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"studio/store"
+)
+
+// ledger records, across the pools of a test, the fences claimed and the
+// writes that succeeded.
+type ledger struct {
+	mu          sync.Mutex
+	maxClaimed  map[string]int64   // task -> highest fence claimed
+	claims      map[string]int     // task -> claims
+	completions map[string][]int64 // task -> fences of successful completions
+	writes      map[string]int     // pool -> successful writes (steps, completions, failures, releases)
+}
+
+func newLedger() *ledger {
+	return &ledger{maxClaimed: map[string]int64{}, claims: map[string]int{}, completions: map[string][]int64{}, writes: map[string]int{}}
+}
+
+// spy wraps a pool's store: it records into a ledger, can freeze every call
+// (a stopped process), and can delay renewals (a stalled one).
+type spy struct {
+	store.TaskStore
+	name string
+	led  *ledger
+
+	mu         sync.Mutex
+	thaw       chan struct{} // non-nil while frozen
+	renewDelay func() time.Duration
+}
+
+func newSpy(s store.TaskStore, name string, led *ledger) *spy {
+	return &spy{TaskStore: s, name: name, led: led}
+}
+
+func (s *spy) freeze() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.thaw == nil {
+		s.thaw = make(chan struct{})
+	}
+}
+
+func (s *spy) unfreeze() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.thaw != nil {
+		close(s.thaw)
+		s.thaw = nil
+	}
+}
+
+func (s *spy) gate() {
+	s.mu.Lock()
+	ch := s.thaw
+	s.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+func (s *spy) wrote(n int) {
+	s.led.mu.Lock()
+	s.led.writes[s.name] += n
+	s.led.mu.Unlock()
+}
+
+func (s *spy) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.ClaimedTask, error) {
+	s.gate()
+	cs, err := s.TaskStore.ClaimTasks(ctx, p)
+	s.led.mu.Lock()
+	for _, c := range cs {
+		s.led.claims[c.TaskID]++
+		s.led.maxClaimed[c.TaskID] = max(s.led.maxClaimed[c.TaskID], c.Fence)
+	}
+	s.led.mu.Unlock()
+	return cs, err
+}
+
+func (s *spy) RenewLeases(ctx context.Context, p store.RenewParams) (store.RenewResult, error) {
+	s.gate()
+	s.mu.Lock()
+	delay := s.renewDelay
+	s.mu.Unlock()
+	if delay != nil {
+		time.Sleep(delay())
+	}
+	return s.TaskStore.RenewLeases(ctx, p)
+}
+
+func (s *spy) SaveSteps(ctx context.Context, steps []store.StepSave) ([]error, error) {
+	s.gate()
+	errs, err := s.TaskStore.SaveSteps(ctx, steps)
+	n := 0
+	for _, e := range errs {
+		if e == nil {
+			n++
+		}
+	}
+	s.wrote(n)
+	return errs, err
+}
+
+func (s *spy) CompleteTasks(ctx context.Context, cs []store.Completion) ([]store.CompletionResult, error) {
+	s.gate()
+	res, err := s.TaskStore.CompleteTasks(ctx, cs)
+	n := 0
+	s.led.mu.Lock()
+	for i, r := range res {
+		if r.Err == nil {
+			n++
+			s.led.completions[cs[i].TaskID] = append(s.led.completions[cs[i].TaskID], cs[i].Fence)
+		}
+	}
+	s.led.mu.Unlock()
+	s.wrote(n)
+	return res, err
+}
+
+func (s *spy) FailTask(ctx context.Context, f store.Failure) (string, error) {
+	s.gate()
+	st, err := s.TaskStore.FailTask(ctx, f)
+	if err == nil {
+		s.wrote(1)
+	}
+	return st, err
+}
+
+func (s *spy) ReleaseTasks(ctx context.Context, ls []store.Lease) ([]error, error) {
+	s.gate()
+	errs, err := s.TaskStore.ReleaseTasks(ctx, ls)
+	n := 0
+	for _, e := range errs {
+		if e == nil {
+			n++
+		}
+	}
+	s.wrote(n)
+	return errs, err
+}
+
+func (l *ledger) writesOf(name string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.writes[name]
+}
