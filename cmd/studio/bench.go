@@ -753,11 +753,6 @@ func (b *bench) lockHandoff(kind string) (*benchResult, error) {
 	return latencyResult(handoffs, nil), nil
 }
 
-// drain is added with the workers.
-func (b *bench) drain(workers int) (*benchResult, error) {
-	return nil, errors.New("drain needs the worker package")
-}
-
 // printTable writes the results for people.
 func printTable(w io.Writer, ops []benchOp, results []*benchResult) {
 	rows := [][]string{{"op", "n", "median", "p99", "per s", "floor median", "ratio", "target", ""}}

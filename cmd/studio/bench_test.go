@@ -17,12 +17,12 @@ import (
 func TestBenchJSON(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	args := []string{"bench", "--data", t.TempDir(), "--json", "--n", "4",
-		"--ops", "lock_handoff,commit_12,replay,storm_64,http_replay,lock_hold"}
+	args := []string{"bench", "--data", t.TempDir(), "--json", "--n", "4", "--tasks", "12",
+		"--ops", "lock_handoff,commit_12,replay,storm_64,http_replay,drain,lock_hold"}
 	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
-	want := []string{"commit_12", "replay", "storm_64", "http_replay", "lock_hold_memory", "lock_hold_db", "lock_handoff_memory", "lock_handoff_db"}
+	want := []string{"commit_12", "replay", "storm_64", "http_replay", "drain_1", "drain_4", "lock_hold_memory", "lock_hold_db", "lock_handoff_memory", "lock_handoff_db"}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	if len(lines) != len(want) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), stdout.String())
@@ -46,8 +46,12 @@ func TestBenchJSON(t *testing.T) {
 				t.Errorf("%s: unexpected field %q", want[i], k)
 			}
 		}
-		if n, _ := r["n"].(float64); n != 4 {
-			t.Errorf("%s: n = %v, want 4", want[i], r["n"])
+		wantN := 4.0 // --n
+		if strings.HasPrefix(want[i], "drain") {
+			wantN = 12 // --tasks
+		}
+		if n, _ := r["n"].(float64); n != wantN {
+			t.Errorf("%s: n = %v, want %v", want[i], r["n"], wantN)
 		}
 		med, _ := r["median_us"].(float64)
 		p99, _ := r["p99_us"].(float64)
@@ -71,7 +75,7 @@ func TestBenchJSON(t *testing.T) {
 			if r["plans_per_round"] != 1.0 {
 				t.Errorf("storm_64: plans per round %v, want 1", r["plans_per_round"])
 			}
-		case "http_replay":
+		case "http_replay", "drain_1", "drain_4":
 			if fp, _ := r["floor_per_s"].(float64); fp <= 0 {
 				t.Errorf("http_replay: floor_per_s %v", r["floor_per_s"])
 			}
