@@ -43,6 +43,16 @@ const (
 	StepWaited = "waited"
 )
 
+// Outcomes of an attempt, for Config.Observe.
+const (
+	OutcomeSucceeded = "succeeded" // the result was recorded
+	OutcomeRetried   = "retried"   // failed, queued again after a backoff
+	OutcomeFailed    = "failed"    // failed for good (permanent, or the last attempt)
+	OutcomeCanceled  = "canceled"  // the batch was canceled while it ran
+	OutcomeReleased  = "released"  // handed back by the pool stopping
+	OutcomeLost      = "lost"      // the lease was lost: nothing recorded
+)
+
 // Generators finds a task's generator by id. *generator.Registry is one;
 // an error (permanent, as the registry's) fails the task.
 type Generators interface {
@@ -73,6 +83,9 @@ type Config struct {
 	// Limiter bounds each generator's concurrency (max_concurrency); nil
 	// means no bound but Concurrency.
 	Limiter Limiter
+	// Observe, when set, is told how each attempt this pool ran ended: one
+	// of the Outcome values (for metrics). It must not block.
+	Observe func(outcome string)
 	// Logger gets what the pool does; nil discards.
 	Logger *slog.Logger
 	// Owner names this pool's leases; random by default.
@@ -127,6 +140,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.Now == nil {
 		out.Now = time.Now
+	}
+	if out.Observe == nil {
+		out.Observe = func(string) {}
 	}
 	if out.NewID == nil {
 		out.NewID = intent.NewID

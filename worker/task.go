@@ -213,6 +213,7 @@ func (r *run) complete(tr *taskRun, a intent.Asset) error {
 	if res.Err != nil {
 		return res.Err
 	}
+	r.cfg.Observe(OutcomeSucceeded)
 	r.cfg.Logger.Debug("task succeeded", "task", tr.c.TaskID, "batch", tr.c.BatchID, "attempt", tr.c.Attempt,
 		"fence", tr.c.Fence, "asset", res.AssetID, "owner", r.cfg.Owner)
 	return nil
@@ -227,16 +228,18 @@ func (r *run) settle(tr *taskRun, err error) {
 	case err == nil:
 		return
 	case errors.Is(err, store.ErrLeaseLost), errors.Is(cause, errLeaseLost):
+		r.cfg.Observe(OutcomeLost)
 		log.Info("lease lost: the task is left to its new holder, nothing recorded")
 		return
 	case errors.Is(err, store.ErrTaskCanceled):
+		r.cfg.Observe(OutcomeCanceled)
 		log.Info("task canceled with its batch")
 		return
 	case errors.Is(cause, errCancelRequested):
-		r.release(tr, log, "batch canceled")
+		r.release(tr, log, "batch canceled", true)
 		return
 	case tr.ctx.Err() != nil, errors.Is(err, errHandBack):
-		r.release(tr, log, "pool stopping")
+		r.release(tr, log, "pool stopping", false)
 		return
 	}
 	permanent := generator.IsPermanent(err)
@@ -249,19 +252,25 @@ func (r *run) settle(tr *taskRun, err error) {
 	})
 	switch {
 	case errors.Is(ferr, store.ErrLeaseLost):
+		r.cfg.Observe(OutcomeLost)
 		log.Info("lease lost before the failure was recorded", "err", err)
 	case ferr != nil:
 		log.Error("could not record a failure; the lease will expire and the task run again", "err", err, "record_err", ferr)
 	case state == intent.StateQueued:
+		r.cfg.Observe(OutcomeRetried)
 		log.Info("task failed; will retry", "err", err, "backoff", backoff.String())
+	case state == intent.StateCanceled:
+		r.cfg.Observe(OutcomeCanceled)
+		log.Info("task canceled with its batch", "err", err)
 	default:
-		log.Warn("task ended", "state", state, "err", err, "permanent", permanent)
+		r.cfg.Observe(OutcomeFailed)
+		log.Warn("task failed", "err", err, "permanent", permanent)
 	}
 }
 
 // release hands a lease back, recording first the step the task reached
 // if it was not recorded yet, so that the next holder resumes there.
-func (r *run) release(tr *taskRun, log *slog.Logger, why string) {
+func (r *run) release(tr *taskRun, log *slog.Logger, why string, canceled bool) {
 	ctx, cancel := context.WithTimeout(r.bg, storeTimeout)
 	defer cancel()
 	if tr.unrecorded != nil {
@@ -274,8 +283,13 @@ func (r *run) release(tr *taskRun, log *slog.Logger, why string) {
 	case err != nil:
 		log.Error("could not hand the lease back; it will expire", "why", why, "err", err)
 	case errs[0] != nil:
+		r.cfg.Observe(OutcomeLost)
 		log.Info("lease lost before it was handed back", "why", why)
+	case canceled:
+		r.cfg.Observe(OutcomeCanceled)
+		log.Info("task canceled with its batch")
 	default:
+		r.cfg.Observe(OutcomeReleased)
 		log.Debug("lease handed back", "why", why)
 	}
 }

@@ -84,10 +84,16 @@ func TestTransientFailuresRetry(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	nb := e.batch(spec{frames: 3, params: `{"fail_attempts":2,"height":16,"width":16}`})
-	e.pool(worker.Config{MaxAttempts: 5})
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	pool := e.pool(worker.Config{MaxAttempts: 5, Observe: func(o string) { mu.Lock(); outcomes[o]++; mu.Unlock() }})
 	b := e.waitBatch("alice", nb.ID, ended)
 	if b.State != intent.StateSucceeded {
 		t.Fatalf("batch = %+v", b)
+	}
+	pool.Stop(context.Background())
+	if len(outcomes) != 2 || outcomes[worker.OutcomeRetried] != 6 || outcomes[worker.OutcomeSucceeded] != 3 {
+		t.Fatalf("observed %v, want 6 retried and 3 succeeded", outcomes)
 	}
 	for _, tk := range e.tasks("alice", nb.ID) {
 		if tk.Attempts != 3 || tk.Error != nil || tk.AssetID == nil {

@@ -107,9 +107,6 @@ func (l engineLocker) Hold(ctx context.Context, key string, fn func(context.Cont
 	return l.e.Hold(ctx, key, func(ctx context.Context, _ *locks.Lease) error { return fn(ctx) })
 }
 
-// startWorkers starts the workers of this process (none yet).
-func (m *Main) startWorkers(ctx context.Context, d *deps) error { return nil }
-
 // loggedPlanner logs every plan made (at debug level): how many tasks, how
 // long it took.
 type loggedPlanner struct {

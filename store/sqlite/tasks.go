@@ -31,6 +31,12 @@ const notCanceling = `(SELECT cancel_requested FROM batches WHERE batches.id = t
 // claimColumns are what a claim returns of each task.
 const claimColumns = `id, batch_id, actor, collection, frame, generator, candidate, attempts, fence, step, provider_ref, lease_expires_at`
 
+// claimableSQL says whether a claim may find something: a batch with
+// queued tasks (ready or not), or an expired lease.
+const claimableSQL = `SELECT EXISTS (SELECT 1 FROM batches WHERE queued > 0)
+	OR EXISTS (SELECT 1 FROM tasks WHERE state = 'running'
+		AND lease_expires_at <= CAST(unixepoch('subsec') * 1000 AS INTEGER))`
+
 // activeBatchesSQL lists the batches that have a ready queued task, least
 // recently touched first: the candidates of a claim's round-robin.
 const activeBatchesSQL = `SELECT b.id, b.actor FROM batches b
@@ -209,6 +215,15 @@ func ttlMS(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / ti
 func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.ClaimedTask, error) {
 	if p.Owner == "" || p.Limit < 1 || p.TTL <= 0 {
 		return nil, fmt.Errorf("claim tasks: need an owner, a limit >= 1 and a ttl > 0")
+	}
+	// An idle worker polls: it asks the read pool first, and takes the
+	// write lock only when there may be something to claim.
+	var maybe bool
+	if err := s.read.QueryRowContext(ctx, claimableSQL).Scan(&maybe); err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	if !maybe {
+		return nil, nil
 	}
 	t, err := s.beginTask(ctx)
 	if err != nil {

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"studio/generator"
+	"studio/metrics"
+	"studio/worker"
+)
+
+// startWorkers starts this process's task workers: a pool running
+// --workers (serve) or --concurrency (worker) tasks at once, none when it
+// is 0. The catalog's max_concurrency limits go through the lock engine's
+// semaphores (across processes with --lock-store db). The pool is stopped
+// on Close, before the lock engine and the store close: running steps get
+// --grace, then their leases are handed back.
+func (m *Main) startWorkers(ctx context.Context, d *deps) error {
+	cfg := m.Config
+	if cfg.Workers == 0 {
+		return nil
+	}
+	blobs, err := m.assetBlobs()
+	if err != nil {
+		return err
+	}
+	reg, err := generator.NewRegistry(d.catalog.Specs()...)
+	if err != nil {
+		return fmt.Errorf("start workers: %w", err)
+	}
+	infos, err := d.catalog.Generators(ctx)
+	if err != nil {
+		return fmt.Errorf("start workers: %w", err)
+	}
+	limits := map[string]int{}
+	for _, g := range infos {
+		if g.MaxConcurrency > 0 {
+			limits[g.ID] = g.MaxConcurrency
+		}
+	}
+	var limiter worker.Limiter
+	if len(limits) > 0 {
+		limiter = worker.Semaphores(d.locks, limits)
+	}
+	p, err := worker.New(worker.Config{
+		Store:       m.store,
+		Generators:  reg,
+		Blobs:       blobs,
+		Concurrency: cfg.Workers,
+		LeaseTTL:    cfg.LeaseTTL,
+		MaxAttempts: cfg.MaxAttempts,
+		RetryBase:   cfg.RetryBase,
+		Grace:       cfg.Grace,
+		Limiter:     limiter,
+		Logger:      m.Logger.With("component", "worker"),
+		Observe:     observeAttempt(d.metrics),
+	})
+	if err != nil {
+		return fmt.Errorf("start workers: %w", err)
+	}
+	if err := p.Start(ctx); err != nil {
+		return fmt.Errorf("start workers: %w", err)
+	}
+	m.onClose(p.Stop)
+	return nil
+}
+
+// observeAttempt counts each attempt's outcome, and lost leases apart.
+func observeAttempt(mt *metrics.Metrics) func(string) {
+	if mt == nil {
+		return nil
+	}
+	return func(outcome string) {
+		mt.Attempt(outcome)
+		if outcome == worker.OutcomeLost {
+			mt.LeaseLost()
+		}
+	}
+}
