@@ -28,7 +28,7 @@ var (
 )
 
 // studioBinary builds cmd/studio once and returns the path of the binary.
-func studioBinary(t *testing.T) string {
+func studioBinary(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("process tests build and run the binary; skipped with -short")
