@@ -22,11 +22,18 @@
 //	                    running at the next write (step, completion,
 //	                    failure, release, expiry) or at a renewal
 //
-// Inside running, the steps, each recorded with the provider's reference
-// so that a worker that takes the task over resumes where the last one
+// Inside running, the steps, recorded with the provider's reference so
+// that a worker that takes the task over resumes where the last one
 // stopped:
 //
-//	"" ──Submit(key = task id)──▶ submitted ──Wait──▶ waited ──Fetch, store bytes──▶ completion
+//	"" --Submit(key = task id)--> submitted --Wait--> waited --Fetch, store bytes--> completion
+//
+// A step is recorded once doing it again would cost more than the write:
+// "submitted" when the wait after it has run StepRecordAfter (100 ms), then
+// "waited" when that wait ends; a quick task records none and a worker
+// that takes it over submits again under the same key, which the Generator
+// contract answers with the same reference. A pool handing a lease back
+// records the step it reached first.
 //
 // # Leases and fences
 //
@@ -64,8 +71,11 @@
 //
 // # Throughput
 //
-// Claims take many tasks in one statement (a pool keeps up to twice its
-// concurrency leased, and claims again once half of that is free); steps
+// A pool leases more tasks than it runs: Concurrency run, and about 50 ms
+// of work more wait for a run slot (by the moving average of run times:
+// Concurrency more for slow tasks, up to 512 in all for no-op ones); it
+// claims again once half of that is free, so claims come in batches. The
+// completion of a task is written after its run slot is freed, and steps
 // and completions of all the pool's tasks go through one writer each that
-// commits whatever is waiting in one transaction.
+// commits whatever is waiting in one transaction (group commit).
 package worker

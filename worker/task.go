@@ -202,9 +202,12 @@ func (r *run) finish(tr *taskRun, ctx context.Context, gen generator.Generator, 
 }
 
 // complete records the task's success and its asset under its fence.
+//
+// A pool stopping still records a result it has: the write is short, and
+// handing the lease back would only make another worker redo the task.
 func (r *run) complete(tr *taskRun, a intent.Asset) error {
-	if err := tr.ctx.Err(); err != nil {
-		return context.Cause(tr.ctx)
+	if cause := context.Cause(tr.ctx); cause != nil && !errors.Is(cause, errStopping) {
+		return cause
 	}
 	res, txErr := r.completions.do(store.Completion{Lease: tr.c.Lease, Asset: a})
 	if txErr != nil {
