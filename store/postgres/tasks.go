@@ -202,6 +202,17 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 	if p.Owner == "" || p.Limit < 1 || p.TTL <= 0 {
 		return nil, fmt.Errorf("claim tasks: need an owner, a limit >= 1 and a ttl > 0")
 	}
+	// An idle worker polls: one read says whether a claim may find
+	// anything (a batch with queued tasks, ready or not, or an expired
+	// lease) before a transaction is begun for it.
+	var maybe bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM batches WHERE queued > 0)
+		OR EXISTS (SELECT 1 FROM tasks WHERE state = 'running' AND lease_expires_at <= clock_timestamp())`).Scan(&maybe); err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	if !maybe {
+		return nil, nil
+	}
 	t, err := s.beginTask(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
