@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"studio/metrics/metricstest"
+	"studio/store/sqlite"
 )
 
 // logLine is one JSON log line, decoded loosely.
@@ -227,5 +228,98 @@ func TestLogDurationsAndLevel(t *testing.T) {
 		Info("kept", "duration", 2*time.Millisecond)
 	if !strings.Contains(text.String(), " duration_ms=2\n") && !strings.HasSuffix(text.String(), "duration_ms=2\n") {
 		t.Fatalf("text line %q", text.String())
+	}
+}
+
+// TestMetricsAndLogsOfWorkers runs the program with workers: a batch that
+// drains, a batch whose tasks fail once each and then succeed, and a task
+// whose lease is taken from under its worker (its fence bumped in the
+// database, as another worker's claim would). The attempt counters, the
+// lost leases and the task gauge move by exactly that, and the logs have a
+// line per failed attempt and per lost lease, naming the task, never the
+// token or the prompt.
+func TestMetricsAndLogsOfWorkers(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.Workers = 2
+	cfg.RetryBase = 10 * time.Millisecond
+	cfg.LeaseTTL = 2 * time.Second
+	logs := &syncBuffer{}
+	m := NewMain(cfg, modeServe, &syncBuffer{}, logs)
+	if err := m.Run(context.Background()); err != nil {
+		m.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	token := readToken(t, cfg.Data)
+	f := &farm{t: t, data: cfg.Data, c: newClient(t, m.Addr(), token)}
+	scrapeURL := "http://" + m.Addr() + "/metrics"
+	before := metricstest.Get(t, scrapeURL)
+
+	// 12 tasks that drain, and 2 that fail once each, then succeed.
+	drained := f.generate(f.c, workGeneration("drain-1", 2, 3, nil, nil))
+	flaky := f.generate(f.c, workGeneration("flaky-1", 1, 1, nil, map[string]any{"fail_attempts": 1}))
+	for _, id := range []string{drained.ID, flaky.ID} {
+		b := f.waitBatch(f.c, id, 30*time.Second, "the batch to drain", batchEnded)
+		if b.Counts.Succeeded != b.TaskCount {
+			t.Fatalf("batch %s ended %+v", id, b.Counts)
+		}
+	}
+	// One slow task: once it runs, its fence moves on, as when another
+	// worker claims it after its lease expired.
+	slow := f.generate(f.c, workGeneration("slow-1", 1, 1, []string{"sketch"}, map[string]any{"delay_ms": 60000}))
+	f.waitBatch(f.c, slow.ID, 30*time.Second, "the slow task to run", func(b fullBatch) bool { return b.Counts.Running == 1 })
+	db := m.store.(*sqlite.Store).DB()
+	if _, err := db.Exec(`UPDATE tasks SET fence = fence + 1, lease_owner = 'someone-else' WHERE batch_id = ? AND state = 'running'`, slow.ID); err != nil {
+		t.Fatal(err)
+	}
+	var after metricstest.Scrape
+	pollFor(t, 10*time.Second, "the worker to find its lease lost", func() bool {
+		after = metricstest.Get(t, scrapeURL)
+		return after.Delta(before, "studio_task_leases_lost_total") > 0
+	})
+
+	for _, w := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"studio_task_attempts_total", []string{"outcome", "succeeded"}, 14},
+		{"studio_task_attempts_total", []string{"outcome", "retried"}, 2},
+		{"studio_task_attempts_total", []string{"outcome", "lost"}, 1},
+		{"studio_task_attempts_total", []string{"outcome", "failed"}, 0},
+		{"studio_task_leases_lost_total", nil, 1},
+		{"studio_tasks", []string{"state", "succeeded"}, 14},
+		{"studio_tasks", []string{"state", "running"}, 1}, // the slow task, until its new "holder" ends it
+		{"studio_tasks", []string{"state", "queued"}, 0},
+		{"studio_intents_total", []string{"outcome", "created"}, 3},
+	} {
+		if got := after.Delta(before, w.name, w.labels...); got != w.want {
+			t.Errorf("%s%v moved by %v, want %v", w.name, w.labels, got, w.want)
+		}
+	}
+
+	m.Close()
+	text := logs.String()
+	for _, secret := range []string{token, "a robot waving", "Bearer"} {
+		if strings.Contains(text, secret) {
+			t.Errorf("the logs hold %q", secret)
+		}
+	}
+	lines := parseLogs(t, text)
+	failed := find(lines, "task failed; will retry", map[string]any{"batch": flaky.ID, "attempt": float64(1), "component": "worker"})
+	if len(failed) != 2 {
+		t.Errorf("%d lines of failed attempts, want 2:\n%s", len(failed), text)
+	}
+	for _, l := range failed {
+		if id, _ := l["task"].(string); id == "" || l["err"] == nil {
+			t.Errorf("a failure line without its task or error: %v", l)
+		}
+	}
+	if lost := find(lines, "lease lost: the task is left to its new holder, nothing recorded", map[string]any{"batch": slow.ID}); len(lost) != 1 {
+		t.Errorf("%d lines of lost leases, want 1:\n%s", len(lost), text)
+	}
+	if n := len(find(lines, "batch created", nil)); n != 3 {
+		t.Errorf("%d batch created lines, want 3", n)
 	}
 }
