@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +32,9 @@ const drainRounds = 3
 func (b *bench) drain(workers int) (*benchResult, error) {
 	rounds := min(drainRounds, b.tasks)
 	per := b.tasks / rounds
+	if err := b.cancelQueued(); err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp(b.cfg.Data, "drain-assets-")
 	if err != nil {
 		return nil, err
@@ -54,7 +58,7 @@ func (b *bench) drain(workers int) (*benchResult, error) {
 				sizes, err = b.drainPool(workers, blobs, batches)
 				return err
 			}, &ops, &opWall},
-			{func([]string) error { return b.drainFloor(sizes, per) }, &floors, &floorWall},
+			{func(batches []string) error { return b.drainFloor(sizes, batches, per) }, &floors, &floorWall},
 		}
 		if r%2 == 1 {
 			phases[0], phases[1] = phases[1], phases[0]
@@ -80,6 +84,30 @@ func (b *bench) drain(workers int) (*benchResult, error) {
 	res.FloorPerS = ptr(float64(rounds*per) / floorWall.Seconds())
 	res.Ratio = ptr(*res.FloorPerS / res.PerS)
 	return res, nil
+}
+
+// cancelQueued cancels the queued tasks the other operations left (their
+// trees were committed, never run), so that the drain claims its own tasks
+// only.
+func (b *bench) cancelQueued() error {
+	p := store.ListParams{Actor: "bench", Limit: 500}
+	for {
+		page, err := b.store.ListBatches(b.ctx, p)
+		if err != nil {
+			return err
+		}
+		for _, bt := range page {
+			if bt.Counts.Queued > 0 {
+				if _, err := b.store.CancelBatch(b.ctx, "bench", bt.ID); err != nil {
+					return err
+				}
+			}
+		}
+		if len(page) < p.Limit {
+			return nil
+		}
+		p.After = page[len(page)-1].ID
+	}
 }
 
 // queueNoop commits n queued tasks of the noop generator, in batches of at
@@ -189,7 +217,7 @@ func (noopGenerators) Get(id string) (generator.Generator, error) {
 // drainFloor makes the claims and completions of a pool's run, the same
 // sizes in the same order, until n tasks are done: the statements with
 // nothing around them.
-func (b *bench) drainFloor(sizes *batchSizes, n int) error {
+func (b *bench) drainFloor(sizes *batchSizes, batches []string, n int) error {
 	if sizes == nil || len(sizes.claims) == 0 || len(sizes.completions) == 0 {
 		return errors.New("the floor needs the batches of a pool's run")
 	}
@@ -230,6 +258,9 @@ func (b *bench) drainFloor(sizes *batchSizes, n int) error {
 				return fmt.Errorf("the floor found no task after %d of %d", claimed, n)
 			}
 			for _, c := range cs {
+				if !slices.Contains(batches, c.BatchID) {
+					return fmt.Errorf("the floor claimed a task of batch %s, not one of its own", c.BatchID)
+				}
 				pending = append(pending, c.Lease)
 			}
 			claimed += len(cs)
