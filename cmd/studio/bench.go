@@ -475,7 +475,7 @@ func (b *bench) storm() (*benchResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	rounds := b.samples(20)
+	rounds := b.samples(50)
 	var times []time.Duration
 	for r := 0; r < rounds; r++ {
 		id := b.id("storm")
@@ -671,7 +671,7 @@ func (b *bench) lockHold(kind string) (*benchResult, error) {
 	e := locks.New(ls)
 	defer e.Close()
 	owner := b.id("bench-owner")
-	ops, floors, err := b.alternate(b.samples(300), 1, func(int) error {
+	ops, floors, err := b.alternate(b.samples(1000), 1, func(int) error {
 		return e.Hold(b.ctx, "bench-hold", noop)
 	}, func(int) error {
 		if _, ok, err := ls.Acquire(b.ctx, "bench-floor", owner, locks.DefaultTTL); err != nil || !ok {
@@ -700,7 +700,7 @@ func (b *bench) lockHandoff(kind string) (*benchResult, error) {
 		if ls, err = (&Main{Config: Config{LockStore: "db"}, store: b.store}).lockStore(); err != nil {
 			return nil, err
 		}
-		def = 300
+		def = 1000
 	}
 	e := locks.New(ls)
 	defer e.Close()
