@@ -120,17 +120,22 @@ func TestBenchPostgres(t *testing.T) {
 	t.Parallel()
 	u, _ := pgtest.Schema(t)
 	var stdout, stderr bytes.Buffer
-	args := []string{"bench", "--data", t.TempDir(), "--database", u, "--json", "--n", "3", "--ops", "commit_12,replay,storm_64,lock_hold_db"}
+	args := []string{"bench", "--data", t.TempDir(), "--database", u, "--json", "--n", "3", "--tasks", "12", "--ops", "commit_12,replay,storm_64,drain_4,lock_hold_db"}
 	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	if len(lines) != 4 {
+	if len(lines) != 5 {
 		t.Fatalf("%d lines:\n%s", len(lines), stdout.String())
 	}
 	for _, line := range lines {
 		var r benchResult
-		if err := json.Unmarshal([]byte(line), &r); err != nil || r.N != 3 || r.MedianUS <= 0 {
+		err := json.Unmarshal([]byte(line), &r)
+		wantN := 3
+		if r.Op == "drain_4" {
+			wantN = 12
+		}
+		if err != nil || r.N != wantN || r.MedianUS <= 0 {
 			t.Errorf("line %q: %+v, %v", line, r, err)
 		}
 		if r.Op != "storm_64" && (r.Ratio == nil || *r.Ratio <= 0) {
