@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-json-experiment/json"
 )
@@ -79,41 +80,23 @@ func (s *Service) CreatePublication(ctx context.Context, actor, requestID string
 	if err != nil {
 		return res, fmt.Errorf("fingerprint: %w", err)
 	}
-	var b Binding
-	var created bool
-	err = s.Locker.Hold(ctx, lockKey(actor, requestID), func(ctx context.Context) error {
-		found, err := s.Store.LookupIntent(ctx, actor, requestID)
-		switch {
-		case err == nil:
-			b, err = checkBinding(found, OpPublication, fp)
-			return err
-		case ErrorCode(err) != ENotFound:
-			return fmt.Errorf("look up request id: %w", err)
-		}
+	b, created, err := s.bind(ctx, actor, requestID, OpPublication, fp, func(ctx context.Context, now time.Time) (NewIntent, error) {
 		if err := s.planPublication(ctx, actor, &in); err != nil {
-			return err
+			return NewIntent{}, err
 		}
-		now := s.now()
 		np := &NewPublication{BatchID: in.BatchID, Channel: in.Channel, CreatedAt: now, Items: make([]NewPublicationItem, len(in.AssetIDs))}
+		var err error
 		if np.ID, err = newID(); err != nil {
-			return err
+			return NewIntent{}, err
 		}
 		for i, a := range in.AssetIDs {
 			id, err := newID()
 			if err != nil {
-				return err
+				return NewIntent{}, err
 			}
 			np.Items[i] = NewPublicationItem{ID: id, AssetID: a}
 		}
-		b, created, err = s.Store.CreateIntent(ctx, NewIntent{
-			Binding:     Binding{Actor: actor, RequestID: requestID, Operation: OpPublication, Fingerprint: fp, ResourceID: np.ID, CreatedAt: now},
-			Publication: np,
-		})
-		if err != nil {
-			return err
-		}
-		b, err = checkBinding(b, OpPublication, fp)
-		return err
+		return NewIntent{Publication: np}, nil
 	})
 	if err != nil {
 		return res, err

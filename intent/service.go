@@ -60,49 +60,27 @@ func (s *Service) CreateGeneration(ctx context.Context, actor, requestID string,
 	if err != nil {
 		return res, fmt.Errorf("fingerprint: %w", err)
 	}
-	var b Binding
-	var created bool
-	err = s.Locker.Hold(ctx, lockKey(actor, requestID), func(ctx context.Context) error {
-		// The early check: a replay or a conflict needs no plan.
-		found, err := s.Store.LookupIntent(ctx, actor, requestID)
-		switch {
-		case err == nil:
-			b, err = checkBinding(found, OpGeneration, fp)
-			return err
-		case ErrorCode(err) != ENotFound:
-			return fmt.Errorf("look up request id: %w", err)
-		}
+	b, created, err := s.bind(ctx, actor, requestID, OpGeneration, fp, func(ctx context.Context, now time.Time) (NewIntent, error) {
 		planned, err := s.Planner.PlanGeneration(ctx, actor, &in)
 		if err != nil {
-			return err
+			return NewIntent{}, err
 		}
 		spec, err := marshalSpec(in)
 		if err != nil {
-			return err
+			return NewIntent{}, err
 		}
-		now := s.now()
 		nb := &NewBatch{Prompt: in.Prompt, Spec: spec, CreatedAt: now, Tasks: make([]NewTask, len(planned))}
 		if nb.ID, err = newID(); err != nil {
-			return err
+			return NewIntent{}, err
 		}
 		for i, p := range planned {
 			id, err := newID()
 			if err != nil {
-				return err
+				return NewIntent{}, err
 			}
 			nb.Tasks[i] = NewTask{ID: id, Collection: p.Collection, Frame: p.Frame, Generator: p.Generator, Candidate: p.Candidate}
 		}
-		b, created, err = s.Store.CreateIntent(ctx, NewIntent{
-			Binding: Binding{Actor: actor, RequestID: requestID, Operation: OpGeneration, Fingerprint: fp, ResourceID: nb.ID, CreatedAt: now},
-			Batch:   nb,
-		})
-		if err != nil {
-			return err
-		}
-		// The in-transaction check may have found a binding the early read
-		// missed (another process committed in between).
-		b, err = checkBinding(b, OpGeneration, fp)
-		return err
+		return NewIntent{Batch: nb}, nil
 	})
 	if err != nil {
 		return res, err
@@ -112,6 +90,57 @@ func (s *Service) CreateGeneration(ctx context.Context, actor, requestID string,
 		return res, fmt.Errorf("read batch: %w", err)
 	}
 	return GenerationResult{Batch: batch, Replayed: !created}, nil
+}
+
+// bind answers a request id: a replay or a conflict when it is bound, else
+// it plans (build) and commits under the keyed lock.
+//
+// A binding never changes once committed, so a plain read that finds one
+// answers at once, without the lock: replays cost no lock writes, even with
+// a database lock store. A miss takes the lock and reads again, so that
+// concurrent tries of one id plan once; the store's check inside the commit
+// transaction is the guarantee, and what it finds is answered the same way.
+func (s *Service) bind(ctx context.Context, actor, requestID, op, fp string, build func(ctx context.Context, now time.Time) (NewIntent, error)) (b Binding, created bool, err error) {
+	lookup := func(ctx context.Context) (Binding, bool, error) {
+		found, err := s.Store.LookupIntent(ctx, actor, requestID)
+		switch {
+		case err == nil:
+			b, err := checkBinding(found, op, fp)
+			return b, true, err
+		case ErrorCode(err) != ENotFound:
+			return Binding{}, false, fmt.Errorf("look up request id: %w", err)
+		}
+		return Binding{}, false, nil
+	}
+	if b, found, err := lookup(ctx); found || err != nil {
+		return b, false, err
+	}
+	err = s.Locker.Hold(ctx, lockKey(actor, requestID), func(ctx context.Context) error {
+		var found bool
+		if b, found, err = lookup(ctx); found || err != nil {
+			return err
+		}
+		now := s.now()
+		in, err := build(ctx, now)
+		if err != nil {
+			return err
+		}
+		in.Binding = Binding{Actor: actor, RequestID: requestID, Operation: op, Fingerprint: fp, CreatedAt: now}
+		switch {
+		case in.Batch != nil:
+			in.Binding.ResourceID = in.Batch.ID
+		case in.Publication != nil:
+			in.Binding.ResourceID = in.Publication.ID
+		}
+		if b, created, err = s.Store.CreateIntent(ctx, in); err != nil {
+			return err
+		}
+		// The in-transaction check may have found a binding the early
+		// reads missed (another process committed in between).
+		b, err = checkBinding(b, op, fp)
+		return err
+	})
+	return b, created, err
 }
 
 // checkBinding answers a found binding: the same operation and fingerprint

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"studio/intent"
@@ -13,18 +14,25 @@ var _ store.Store = (*Store)(nil)
 
 // LookupIntent is the plain read of a binding, outside any transaction.
 func (s *Store) LookupIntent(ctx context.Context, actor, requestID string) (intent.Binding, error) {
-	return lookupIntent(ctx, s.read, actor, requestID)
+	return lookupIntent(ctx, s.reads.lookupIntent, actor, requestID)
 }
 
 type queryer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-func lookupIntent(ctx context.Context, q queryer, actor, requestID string) (intent.Binding, error) {
+// rowQueryer is a prepared statement or a transaction's copy of one.
+type rowQueryer interface {
+	QueryRowContext(ctx context.Context, args ...any) *sql.Row
+}
+
+const lookupIntentSQL = `SELECT operation, fingerprint, resource_id, created_at
+		FROM intents WHERE actor = ? AND request_id = ?`
+
+func lookupIntent(ctx context.Context, q rowQueryer, actor, requestID string) (intent.Binding, error) {
 	b := intent.Binding{Actor: actor, RequestID: requestID}
 	var created int64
-	err := q.QueryRowContext(ctx, `SELECT operation, fingerprint, resource_id, created_at
-		FROM intents WHERE actor = ? AND request_id = ?`, actor, requestID).
+	err := q.QueryRowContext(ctx, actor, requestID).
 		Scan(&b.Operation, &b.Fingerprint, &b.ResourceID, &created)
 	if err != nil {
 		return intent.Binding{}, interpret(err)
@@ -49,7 +57,7 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 	// The check inside the transaction: the guarantee. The write lock is
 	// held from BEGIN IMMEDIATE on, so no other writer can bind the id
 	// between this read and the insert below.
-	found, err := lookupIntent(ctx, tx, b.Actor, b.RequestID)
+	found, err := lookupIntent(ctx, txQuery{tx, lookupIntentSQL}, b.Actor, b.RequestID)
 	switch {
 	case err == nil:
 		if found.Operation != b.Operation || found.Fingerprint != b.Fingerprint {
@@ -121,11 +129,17 @@ func scanBatch(r scanner) (intent.Batch, error) {
 
 // GetBatch reads one of the actor's batches.
 func (s *Store) GetBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
-	return getBatch(ctx, s.read, actor, id)
+	b, err := scanBatch(s.reads.getBatch.QueryRowContext(ctx, id, actor))
+	if err != nil {
+		return intent.Batch{}, interpret(err)
+	}
+	return b, nil
 }
 
+const getBatchSQL = `SELECT ` + batchColumns + ` FROM batches WHERE id = ? AND actor = ?`
+
 func getBatch(ctx context.Context, q queryer, actor, id string) (intent.Batch, error) {
-	b, err := scanBatch(q.QueryRowContext(ctx, `SELECT `+batchColumns+` FROM batches WHERE id = ? AND actor = ?`, id, actor))
+	b, err := scanBatch(q.QueryRowContext(ctx, getBatchSQL, id, actor))
 	if err != nil {
 		return intent.Batch{}, interpret(err)
 	}
@@ -283,7 +297,7 @@ func (s *Store) CreateToken(ctx context.Context, actor, tokenHash string) error 
 // ActorForToken returns the actor a token hash belongs to.
 func (s *Store) ActorForToken(ctx context.Context, tokenHash string) (string, error) {
 	var actor string
-	if err := s.read.QueryRowContext(ctx, `SELECT actor FROM tokens WHERE hash = ?`, tokenHash).Scan(&actor); err != nil {
+	if err := s.reads.actorForToken.QueryRowContext(ctx, tokenHash).Scan(&actor); err != nil {
 		return "", interpret(err)
 	}
 	return actor, nil
@@ -311,4 +325,50 @@ func (s *Store) CreateTokenIfNone(ctx context.Context, actor, tokenHash string) 
 		return false, fmt.Errorf("create first token: %w", err)
 	}
 	return n == 1, nil
+}
+
+// txQuery runs one query text in a transaction, as a rowQueryer.
+type txQuery struct {
+	tx    *sql.Tx
+	query string
+}
+
+func (q txQuery) QueryRowContext(ctx context.Context, args ...any) *sql.Row {
+	return q.tx.QueryRowContext(ctx, q.query, args...)
+}
+
+// readStmts are the reads on every request's path, prepared once on the
+// read pool (database/sql prepares them again on each connection as
+// needed): a replay is a token, a binding and a batch read, and parsing
+// their SQL each time was half of their cost.
+type readStmts struct {
+	lookupIntent, getBatch, actorForToken *sql.Stmt
+}
+
+func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
+	for _, p := range []struct {
+		stmt  **sql.Stmt
+		query string
+	}{
+		{&r.lookupIntent, lookupIntentSQL},
+		{&r.getBatch, getBatchSQL},
+		{&r.actorForToken, `SELECT actor FROM tokens WHERE hash = ?`},
+	} {
+		st, err := db.PrepareContext(ctx, p.query)
+		if err != nil {
+			return fmt.Errorf("prepare reads: %w", err)
+		}
+		*p.stmt = st
+	}
+	return nil
+}
+
+func (r *readStmts) close() error {
+	var errs []error
+	for _, st := range []*sql.Stmt{r.lookupIntent, r.getBatch, r.actorForToken} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -59,6 +59,8 @@ type Store struct {
 	path  string
 	// taskStmts are the worker statements, prepared at first use (tasks.go).
 	taskStmts taskStmts
+	// reads are the request-path reads, prepared at Open (intents.go).
+	reads readStmts
 }
 
 // Open opens (creating if needed) the database at cfg.Path and applies every
@@ -119,12 +121,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	read.SetMaxOpenConns(cfg.ReadConns)
 	read.SetMaxIdleConns(cfg.ReadConns)
 	s.read = read
+	if err := s.reads.prepare(ctx, read); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
 // Close closes both pools.
 func (s *Store) Close() error {
-	var errs []error
+	errs := []error{s.reads.close()}
 	if s.read != nil {
 		errs = append(errs, s.read.Close())
 	}
