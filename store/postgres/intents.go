@@ -126,7 +126,20 @@ func insertBatch(ctx context.Context, tx pgx.Tx, b intent.Binding, nb *intent.Ne
 	return nil
 }
 
-const batchColumns = `id, actor, request_id, prompt, task_count, queued, running, succeeded, failed, canceled, started, created_at, updated_at`
+// batchSelect reads batches (b) with their counts: the batch row's plus
+// the sum of its shards in batch_counts (migration 0102), in one statement,
+// so the counts agree with the tasks at every read.
+const batchSelect = `SELECT b.id, b.actor, b.request_id, b.prompt, b.task_count,
+	b.queued + c.queued, b.running + c.running, b.succeeded + c.succeeded, b.failed + c.failed, b.canceled + c.canceled,
+	b.started OR c.started, b.created_at, GREATEST(b.updated_at, c.updated_at)
+	FROM batches b CROSS JOIN LATERAL (` + shardSums + `) c`
+
+// shardSums sums the shards of batch b.id (one row, zeros when none).
+const shardSums = `SELECT COALESCE(sum(s.queued), 0) AS queued, COALESCE(sum(s.running), 0) AS running,
+	COALESCE(sum(s.succeeded), 0) AS succeeded, COALESCE(sum(s.failed), 0) AS failed,
+	COALESCE(sum(s.canceled), 0) AS canceled, COALESCE(bool_or(s.started), false) AS started,
+	max(s.updated_at) AS updated_at
+	FROM batch_counts s WHERE s.batch_id = b.id`
 
 func scanBatch(r pgx.Row) (intent.Batch, error) {
 	var b intent.Batch
@@ -147,7 +160,7 @@ func (s *Store) GetBatch(ctx context.Context, actor, id string) (intent.Batch, e
 }
 
 func getBatch(ctx context.Context, q querier, actor, id string) (intent.Batch, error) {
-	b, err := scanBatch(q.QueryRow(ctx, `SELECT `+batchColumns+` FROM batches WHERE id = $1 AND actor = $2`, id, actor))
+	b, err := scanBatch(q.QueryRow(ctx, batchSelect+` WHERE b.id = $1 AND b.actor = $2`, id, actor))
 	if err != nil {
 		return intent.Batch{}, interpret(err)
 	}
@@ -156,13 +169,13 @@ func getBatch(ctx context.Context, q querier, actor, id string) (intent.Batch, e
 
 // ListBatches pages the actor's batches, newest first.
 func (s *Store) ListBatches(ctx context.Context, p store.ListParams) ([]intent.Batch, error) {
-	q := `SELECT ` + batchColumns + ` FROM batches WHERE actor = $1`
+	q := batchSelect + ` WHERE b.actor = $1`
 	args := []any{p.Actor}
 	if p.After != "" {
-		q += ` AND id < $2`
+		q += ` AND b.id < $2`
 		args = append(args, p.After)
 	}
-	q += fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args)+1)
+	q += fmt.Sprintf(` ORDER BY b.id DESC LIMIT $%d`, len(args)+1)
 	args = append(args, p.Limit)
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
@@ -249,9 +262,13 @@ func (s *Store) ListTasks(ctx context.Context, batchID string, p store.ListParam
 func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
 	var out intent.Batch
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		b, err := scanBatch(tx.QueryRow(ctx, `SELECT `+batchColumns+` FROM batches WHERE id = $1 AND actor = $2 FOR NO KEY UPDATE`, id, actor))
-		if err != nil {
+		var locked string
+		if err := tx.QueryRow(ctx, `SELECT id FROM batches WHERE id = $1 AND actor = $2 FOR NO KEY UPDATE`, id, actor).Scan(&locked); err != nil {
 			return interpret(err)
+		}
+		b, err := getBatch(ctx, tx, actor, id)
+		if err != nil {
+			return err
 		}
 		if b.Counts.Queued+b.Counts.Running == 0 {
 			out = b // ended: nothing changes
@@ -264,8 +281,11 @@ func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch
 			return err
 		}
 		n := tag.RowsAffected()
-		out, err = scanBatch(tx.QueryRow(ctx, `UPDATE batches SET queued = queued - $1, canceled = canceled + $1,
-			cancel_requested = true, updated_at = $2 WHERE id = $3 RETURNING `+batchColumns, n, now, id))
+		if _, err := tx.Exec(ctx, `UPDATE batches SET queued = queued - $1, canceled = canceled + $1,
+			cancel_requested = true, updated_at = $2 WHERE id = $3`, n, now, id); err != nil {
+			return err
+		}
+		out, err = getBatch(ctx, tx, actor, id)
 		return err
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -16,11 +17,12 @@ import (
 // The task methods. Leases are measured by the database's clock,
 // clock_timestamp(), read by the statements themselves; every
 // write of a task names its fence and checks the lease is live; the batch's
-// counts move in the same transaction as its tasks.
+// counts move in the same transaction as its tasks, on a shard row of
+// batch_counts (see deltas.apply).
 //
 // Locks are taken in one order so that concurrent transactions cannot
 // deadlock: task rows first (several in task id order), then batch rows (in
-// batch id order). The exceptions never wait: CancelBatch locks its batch
+// batch id order), then count shards (in batch id order, at the commit). The exceptions never wait: CancelBatch locks its batch
 // first but takes the queued tasks with SKIP LOCKED, and claims take tasks
 // with SKIP LOCKED. Row locks are FOR NO KEY UPDATE, which does not conflict
 // with the key-share locks that foreign-key checks take.
@@ -53,10 +55,11 @@ const claimColumns = `t.id, t.batch_id, t.actor, t.collection, t.frame, t.genera
 // canceled instead. Parameters: $1 owner, $2 expires, $3 wall, $4 now, $5
 // batches, $6 n, $7 candidates per batch.
 const claimQueuedSQL = `WITH active AS (
-	SELECT b.id, b.actor, b.updated_at, b.cancel_requested FROM batches b
-	WHERE b.queued > 0 AND EXISTS (SELECT 1 FROM tasks q
+	SELECT b.id, b.actor, GREATEST(b.updated_at, c.updated_at) AS updated_at, b.cancel_requested
+	FROM batches b CROSS JOIN LATERAL (` + shardSums + `) c
+	WHERE b.queued + c.queued > 0 AND EXISTS (SELECT 1 FROM tasks q
 		WHERE q.batch_id = b.id AND q.state = 'queued' AND q.run_after <= $4)
-	ORDER BY b.updated_at, b.id LIMIT $5
+	ORDER BY 3, b.id LIMIT $5
 ),
 cand AS (
 	SELECT c.id, a.actor, a.id AS batch_id, a.updated_at, a.cancel_requested,
@@ -108,8 +111,30 @@ func (d deltas) of(batchID string) *countDelta {
 	return c
 }
 
-// apply writes the batches' new counts, in batch id order, in one round
-// trip (the statements are pipelined, and run in order).
+// countShards is how many rows of batch_counts a batch's counts may
+// spread over (migration 0102 checks the bound).
+const countShards = 8
+
+// addShardSQL adds one batch's delta to a shard of its counts: one no other
+// transaction holds if there is one (SKIP LOCKED, never waiting), else
+// shard $9 (picked at random), made if missing or waited for if held.
+// Parameters: $1..$5 the deltas of queued, running, succeeded, failed,
+// canceled; $6 started; $7 updated_at; $8 batch; $9 shard.
+const addShardSQL = `WITH free AS (
+	SELECT shard FROM batch_counts WHERE batch_id = $8 LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED
+)
+INSERT INTO batch_counts AS s (batch_id, shard, queued, running, succeeded, failed, canceled, started, updated_at)
+VALUES ($8, COALESCE((SELECT shard FROM free), $9), $1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (batch_id, shard) DO UPDATE SET queued = s.queued + excluded.queued, running = s.running + excluded.running,
+	succeeded = s.succeeded + excluded.succeeded, failed = s.failed + excluded.failed,
+	canceled = s.canceled + excluded.canceled, started = s.started OR excluded.started,
+	updated_at = GREATEST(s.updated_at, excluded.updated_at)`
+
+// apply adds the batches' deltas to their counts, in batch id order, in
+// one round trip (the statements are pipelined, and run in order). Each
+// goes to a shard of the batch's counts (addShardSQL), not to the batch
+// row: transactions moving tasks of one batch at once take different rows,
+// and none waits on another's commit.
 func (d deltas) apply(ctx context.Context, tx pgx.Tx, wall time.Time) error {
 	if len(d) == 0 {
 		return nil
@@ -122,10 +147,7 @@ func (d deltas) apply(ctx context.Context, tx pgx.Tx, wall time.Time) error {
 	var b pgx.Batch
 	for _, id := range ids {
 		c := d[id]
-		b.Queue(`UPDATE batches SET queued = queued + $1, running = running + $2,
-			succeeded = succeeded + $3, failed = failed + $4, canceled = canceled + $5,
-			started = started OR $6, updated_at = $7 WHERE id = $8`,
-			c.queued, c.running, c.succeeded, c.failed, c.canceled, c.started, wall, id)
+		b.Queue(addShardSQL, c.queued, c.running, c.succeeded, c.failed, c.canceled, c.started, wall, id, rand.IntN(countShards))
 	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("update counts: %w", err)
@@ -206,7 +228,8 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 	// anything (a batch with queued tasks, ready or not, or an expired
 	// lease) before a transaction is begun for it.
 	var maybe bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM batches WHERE queued > 0)
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM batches b CROSS JOIN LATERAL (`+shardSums+`) c
+			WHERE b.queued + c.queued > 0)
 		OR EXISTS (SELECT 1 FROM tasks WHERE state = 'running' AND lease_expires_at <= clock_timestamp())`).Scan(&maybe); err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
@@ -517,10 +540,34 @@ func (s *Store) SaveSteps(ctx context.Context, steps []store.StepSave) ([]error,
 	return out, nil
 }
 
-// CompleteTasks marks tasks succeeded with their assets, fenced. Per task
-// one statement marks the task (naming the asset already stored for it, if
-// any, else the new one) and inserts the new asset only when the fenced
-// update matched and named it.
+// completeSQL ends one live lease, fenced: canceled when its batch was
+// asked to cancel, else succeeded, naming the asset already stored for the
+// task, if any, else the new one, which it inserts only when the task
+// succeeded naming it. It answers the task's batch, asset and new state,
+// or no row when the lease is not live. Parameters: $1 task, $2 fence, $3
+// asset id, $4 wall, $5 sha256, $6 content type, $7 size, $8 width, $9
+// height.
+const completeSQL = `WITH done AS (
+		UPDATE tasks SET state = CASE WHEN ` + canceling + ` THEN 'canceled' ELSE 'succeeded' END,
+			error = CASE WHEN ` + canceling + ` THEN error END,
+			asset_id = CASE WHEN ` + canceling + ` THEN asset_id
+				ELSE COALESCE((SELECT a.id FROM assets a WHERE a.task_id = tasks.id), $3) END,
+			lease_owner = NULL, lease_expires_at = NULL, updated_at = $4
+		WHERE ` + liveLease + `
+		RETURNING id, batch_id, actor, asset_id, state
+	), ins AS (
+		INSERT INTO assets (id, actor, task_id, sha256, content_type, size, width, height, created_at)
+		SELECT $3, done.actor, done.id, $5::text, $6::text, $7::bigint, $8::integer, $9::integer, $4 FROM done
+		WHERE done.state = 'succeeded' AND done.asset_id = $3
+	)
+	SELECT batch_id, COALESCE(asset_id, ''), state FROM done`
+
+// canceling is true once the task's batch was asked to cancel.
+const canceling = `(SELECT b.cancel_requested FROM batches b WHERE b.id = tasks.batch_id)`
+
+// CompleteTasks marks tasks succeeded with their assets, fenced (or
+// canceled, when their batch was asked to cancel): one statement per task
+// (completeSQL), all sent in one round trip.
 func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]store.CompletionResult, error) {
 	if len(cs) == 0 {
 		return nil, nil
@@ -535,36 +582,40 @@ func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]sto
 		return nil, fmt.Errorf("complete tasks: %w", err)
 	}
 	defer t.rollback(ctx)
+	// The fenced statements go in one round trip, in task id order (the
+	// statements of a pipeline run in order).
 	out := make([]store.CompletionResult, len(cs))
-	for _, i := range sortedLeases(len(cs), func(i int) string { return cs[i].TaskID }) {
+	order := sortedLeases(len(cs), func(i int) string { return cs[i].TaskID })
+	var b pgx.Batch
+	for _, i := range order {
 		c := cs[i]
 		a := c.Asset
-		var batch, assetID string
-		err := t.tx.QueryRow(ctx, `WITH done AS (
-				UPDATE tasks SET state = 'succeeded', error = NULL,
-					asset_id = COALESCE((SELECT a.id FROM assets a WHERE a.task_id = tasks.id), $3),
-					lease_owner = NULL, lease_expires_at = NULL, updated_at = $4
-				WHERE `+liveLease+` AND `+notCanceling+`
-				RETURNING id, batch_id, actor, asset_id
-			), ins AS (
-				INSERT INTO assets (id, actor, task_id, sha256, content_type, size, width, height, created_at)
-				SELECT $3, done.actor, done.id, $5::text, $6::text, $7::bigint, $8::integer, $9::integer, $4 FROM done WHERE done.asset_id = $3
-			)
-			SELECT batch_id, asset_id FROM done`,
-			c.TaskID, c.Fence, a.ID, t.wall, a.SHA256, a.ContentType, a.Size, a.Width, a.Height).Scan(&batch, &assetID)
+		b.Queue(completeSQL, c.TaskID, c.Fence, a.ID, t.wall, a.SHA256, a.ContentType, a.Size, a.Width, a.Height)
+	}
+	br := t.tx.SendBatch(ctx, &b)
+	for _, i := range order {
+		var batch, assetID, state string
+		err := br.QueryRow().Scan(&batch, &assetID, &state)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			if out[i].Err = t.cancelIfRequested(ctx, c.Lease); !itemErr(out[i].Err) {
-				return nil, fmt.Errorf("complete tasks: %w", out[i].Err)
-			}
+			out[i].Err = store.ErrLeaseLost
 			continue
 		case err != nil:
-			return nil, fmt.Errorf("complete task %s: %w", c.TaskID, interpret(err))
+			_ = br.Close()
+			return nil, fmt.Errorf("complete task %s: %w", cs[i].TaskID, interpret(err))
 		}
-		out[i].AssetID = assetID
 		d := t.deltas.of(batch)
 		d.running--
+		if state == intent.StateCanceled {
+			out[i].Err = store.ErrTaskCanceled
+			d.canceled++
+			continue
+		}
+		out[i].AssetID = assetID
 		d.succeeded++
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("complete tasks: %w", interpret(err))
 	}
 	if err := t.commit(ctx); err != nil {
 		return nil, fmt.Errorf("complete tasks: commit: %w", interpret(err))
