@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"io"
 	"mime"
@@ -10,10 +11,23 @@ import (
 	"studio/intent"
 )
 
-// createGeneration is POST /v1/generations. Its checks run in the order the
-// contract fixes: 415 (media type), 413 (size, while reading), 400 (body and
-// request id), and only then the service (409, 422, 201, 200).
+// createGeneration is POST /v1/generations.
 func (s *Server) createGeneration(w http.ResponseWriter, r *http.Request) {
+	serveIntent(s, w, r, intent.DecodeGeneration,
+		func(ctx context.Context, actor, requestID string, in intent.GenerationInput) (any, string, bool, error) {
+			res, err := s.gens.CreateGeneration(ctx, actor, requestID, in)
+			return res.Batch, batchLocation(res.Batch.ID), res.Replayed, err
+		})
+}
+
+// serveIntent answers an intent POST (a generation, a publication) in the
+// order the contract fixes: 415 (media type), 413 (size, while reading),
+// 400 (body and request id), and only then create (409, 422); then 201
+// with Location, or 200 with Idempotent-Replayed for a replay.
+func serveIntent[In any](s *Server, w http.ResponseWriter, r *http.Request,
+	decode func(body []byte) (requestID string, requestIDSet bool, in In, err error),
+	create func(ctx context.Context, actor, requestID string, in In) (record any, location string, replayed bool, err error),
+) {
 	if err := requireJSON(r); err != nil {
 		s.Error(w, r, err)
 		return
@@ -23,7 +37,7 @@ func (s *Server) createGeneration(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	bodyID, bodySet, in, err := intent.DecodeGeneration(body)
+	bodyID, bodySet, in, err := decode(body)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -35,18 +49,18 @@ func (s *Server) createGeneration(w http.ResponseWriter, r *http.Request) {
 	}
 	noteRequestID(r.Context(), requestID)
 	actor, _ := ActorFrom(r.Context())
-	res, err := s.gens.CreateGeneration(r.Context(), actor, requestID, in)
+	record, location, replayed, err := create(r.Context(), actor, requestID, in)
 	if err != nil {
 		s.Error(w, r, err)
 		return
 	}
-	if res.Replayed {
+	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
-		s.ok(w, r, http.StatusOK, res.Batch)
+		s.ok(w, r, http.StatusOK, record)
 		return
 	}
-	w.Header().Set("Location", batchLocation(res.Batch.ID))
-	s.ok(w, r, http.StatusCreated, res.Batch)
+	w.Header().Set("Location", location)
+	s.ok(w, r, http.StatusCreated, record)
 }
 
 // batchLocation is the path of a batch.

@@ -25,39 +25,11 @@ func (s *Server) createPublication(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, intent.Errorf(intent.EUnavailable, "Publications are not served by this process."))
 		return
 	}
-	if err := requireJSON(r); err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	body, err := readBody(w, r, s.limits.GenerationBody)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	bodyID, bodySet, in, err := intent.DecodePublication(body)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	requestID, err := requestIDOf(r, bodyID, bodySet)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	noteRequestID(r.Context(), requestID)
-	actor, _ := ActorFrom(r.Context())
-	res, err := s.pubs.CreatePublication(r.Context(), actor, requestID, in)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	if res.Replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
-		s.ok(w, r, http.StatusOK, res.Publication)
-		return
-	}
-	w.Header().Set("Location", "/v1/publications/"+url.PathEscape(res.Publication.ID))
-	s.ok(w, r, http.StatusCreated, res.Publication)
+	serveIntent(s, w, r, intent.DecodePublication,
+		func(ctx context.Context, actor, requestID string, in intent.PublicationInput) (any, string, bool, error) {
+			res, err := s.pubs.CreatePublication(ctx, actor, requestID, in)
+			return res.Publication, "/v1/publications/" + url.PathEscape(res.Publication.ID), res.Replayed, err
+		})
 }
 
 // getPublication is GET /v1/publications/{id}.
