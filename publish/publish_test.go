@@ -526,27 +526,6 @@ func TestRunnersShareWithoutDoubles(t *testing.T) {
 	}
 }
 
-func TestBackoff(t *testing.T) {
-	t.Parallel()
-	base, max := 100*time.Millisecond, time.Second
-	for _, c := range []struct {
-		attempt int
-		r       float64
-		want    time.Duration
-	}{
-		{1, 0, 50 * time.Millisecond},
-		{1, 0.999999, 99999950 * time.Nanosecond},
-		{2, 0, 100 * time.Millisecond},
-		{3, 0.5, 300 * time.Millisecond},
-		{5, 0, 500 * time.Millisecond},
-		{50, 0, 500 * time.Millisecond},
-	} {
-		if got := publish.Backoff(base, max, c.attempt, c.r); got != c.want {
-			t.Errorf("Backoff(%d, %v) = %v, want %v", c.attempt, c.r, got, c.want)
-		}
-	}
-}
-
 func TestNewChannelsRefuseBadConfig(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -14,6 +14,7 @@ import (
 
 	"studio/intent"
 	"studio/store"
+	"studio/worker"
 )
 
 // Defaults of Config.
@@ -345,7 +346,7 @@ func (r *run) runItem(ctx context.Context, h *held, it store.ClaimedItem) {
 			outcome = OutcomeReleased
 		}
 	default:
-		backoff := Backoff(r.cfg.RetryBase, r.cfg.RetryMax, it.Attempt, mrand.Float64())
+		backoff := worker.Backoff(r.cfg.RetryBase, r.cfg.RetryMax, it.Attempt, mrand.Float64())
 		state, ferr := r.cfg.Store.FailItem(sctx, store.ItemFailure{ItemLease: it.ItemLease, Error: err.Error(),
 			Permanent: IsPermanent(err), MaxAttempts: r.cfg.MaxAttempts, Backoff: backoff})
 		switch {
@@ -438,18 +439,6 @@ func (r *run) renewOnce() {
 	if err != nil {
 		r.log.Error("renew item leases", "err", err)
 	}
-}
-
-// Backoff is the wait before the next try after attempt (1-based) failed:
-// base doubled per earlier attempt, at most max, then jittered down by up
-// to half with r in [0, 1).
-func Backoff(base, max time.Duration, attempt int, r float64) time.Duration {
-	d := base
-	for i := 1; i < attempt && d < max; i++ {
-		d *= 2
-	}
-	d = min(d, max)
-	return d/2 + time.Duration(r*float64(d/2))
 }
 
 // jitter spreads a poll wait by up to a quarter, so idle runners do not
