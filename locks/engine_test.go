@@ -822,7 +822,11 @@ func TestInvalidArguments(t *testing.T) {
 	}
 	for _, tc := range valid {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := e.Hold(t.Context(), tc.key, noop, tc.opts...); err != nil {
+			err := e.Hold(t.Context(), tc.key, noop, tc.opts...)
+			// A 1 ms lease may run out while a loaded machine schedules
+			// the no-op fn: that is the lease working, not the option
+			// being refused.
+			if err != nil && !(tc.name == "TTL 1 ms" && errors.Is(err, ErrLeaseLost)) {
 				t.Fatalf("Hold: %v", err)
 			}
 		})
