@@ -280,6 +280,17 @@ func TestPostgresWorkersDrainOneKilled(t *testing.T) {
 		return got.Counts.Succeeded
 	}
 	waitFor(t, 3*time.Minute, "60 tasks done before the kill", func() bool { return succeeded() >= 60 })
+	// Kill the first worker while it holds leases, so that there is work to
+	// take over (the others may have claimed ahead of it).
+	owner := workerOwner(t, workers[0])
+	waitFor(t, 3*time.Minute, "the first worker to hold a lease", func() bool {
+		var held int
+		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM tasks WHERE batch_id = $1 AND state = 'running' AND lease_owner = $2`,
+			b.ID, owner).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		return held > 0
+	})
 	workers[0].signal(syscall.SIGKILL)
 	workers[0].wait(30 * time.Second)
 	waitFor(t, 5*time.Minute, "the batch to succeed", func() bool { return succeeded() == 600 })
@@ -477,4 +488,24 @@ func startBenchProcess(b *testing.B, env []string, args ...string) string {
 		b.Fatal("serve did not start")
 		return ""
 	}
+}
+
+// workerOwner reads the lease owner a worker process logged at start.
+func workerOwner(t *testing.T, p *proc) string {
+	t.Helper()
+	var owner string
+	waitFor(t, time.Minute, "the worker to log its owner", func() bool {
+		for _, line := range strings.Split(p.logs.String(), "\n") {
+			var rec struct {
+				Msg   string `json:"msg"`
+				Owner string `json:"owner"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "workers started" && rec.Owner != "" {
+				owner = rec.Owner
+				return true
+			}
+		}
+		return false
+	})
+	return owner
 }
