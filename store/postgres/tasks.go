@@ -115,16 +115,21 @@ func (d deltas) of(batchID string) *countDelta {
 // spread over (migration 0102 checks the bound).
 const countShards = 8
 
-// addShardSQL adds one batch's delta to a shard of its counts: one no other
-// transaction holds if there is one (SKIP LOCKED, never waiting), else
-// shard $9 (picked at random), made if missing or waited for if held.
-// Parameters: $1..$5 the deltas of queued, running, succeeded, failed,
-// canceled; $6 started; $7 updated_at; $8 batch; $9 shard.
+// addShardSQL adds one batch's delta to a shard of its counts: a shard row
+// no other transaction holds if there is one (SKIP LOCKED, never waiting),
+// else a new one while there are fewer than countShards, else shard $9
+// (picked at random), waited for. Parameters: $1..$5 the deltas of
+// queued, running, succeeded, failed, canceled; $6 started; $7 updated_at;
+// $8 batch; $9 shard.
 const addShardSQL = `WITH free AS (
 	SELECT shard FROM batch_counts WHERE batch_id = $8 LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED
+), unused AS (
+	SELECT g.shard FROM generate_series(0, 7) AS g(shard)
+	WHERE NOT EXISTS (SELECT 1 FROM batch_counts c WHERE c.batch_id = $8 AND c.shard = g.shard)
+	ORDER BY g.shard LIMIT 1
 )
 INSERT INTO batch_counts AS s (batch_id, shard, queued, running, succeeded, failed, canceled, started, updated_at)
-VALUES ($8, COALESCE((SELECT shard FROM free), $9), $1, $2, $3, $4, $5, $6, $7)
+VALUES ($8, COALESCE((SELECT shard FROM free), (SELECT shard FROM unused), $9), $1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (batch_id, shard) DO UPDATE SET queued = s.queued + excluded.queued, running = s.running + excluded.running,
 	succeeded = s.succeeded + excluded.succeeded, failed = s.failed + excluded.failed,
 	canceled = s.canceled + excluded.canceled, started = s.started OR excluded.started,
