@@ -263,10 +263,16 @@ func TestManyPoolsRunEachTaskOnce(t *testing.T) {
 	if noop.overlaps+sketch.overlaps != 0 {
 		t.Fatalf("%d generator calls overlapped on one task", noop.overlaps+sketch.overlaps)
 	}
+	// A pool leases at most 512 tasks ahead, so 600 tasks cannot all go
+	// to one pool; which of the others get work is up to scheduling.
+	working := 0
 	for i := 0; i < 4; i++ {
-		if led.writesOf(fmt.Sprint(i)) == 0 {
-			t.Fatalf("pool %d did nothing", i)
+		if led.writesOf(fmt.Sprint(i)) > 0 {
+			working++
 		}
+	}
+	if working < 2 {
+		t.Fatalf("%d of 4 pools did any work, want at least 2", working)
 	}
 }
 
