@@ -24,3 +24,9 @@ CREATE TABLE batch_counts (
     updated_at timestamptz NOT NULL,
     PRIMARY KEY (batch_id, shard)
 );
+
+-- With the counts spread, "which batches have queued tasks" is no longer a
+-- filter on batch rows: claims find them from the queued tasks themselves,
+-- one index probe per such batch (a skip scan of this index), however many
+-- batches have ended.
+CREATE INDEX tasks_queued ON tasks (batch_id, id) WHERE state = 'queued';

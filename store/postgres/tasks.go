@@ -44,7 +44,7 @@ const claimColumns = `t.id, t.batch_id, t.actor, t.collection, t.frame, t.genera
 
 // claimQueuedSQL leases ready queued tasks in fair-share order. Active
 // batches (with a ready task, least recently touched first, at most $5 of
-// them) each offer their first $7 ready tasks in plan order; those are
+// them; found by a skip scan of the queued tasks' index, tasks_queued) each offer their first $7 ready tasks in plan order; those are
 // ranked round-robin across actors, then across an actor's batches, then
 // within a batch, and the first $7 kept. Only then are rows locked: in
 // rank order, FOR NO KEY UPDATE SKIP LOCKED, stopping at $6. The ranking reads rows without
@@ -54,10 +54,16 @@ const claimColumns = `t.id, t.batch_id, t.actor, t.collection, t.frame, t.genera
 // the recheck of its state. A picked task of a batch asked to cancel is
 // canceled instead. Parameters: $1 owner, $2 expires, $3 wall, $4 now, $5
 // batches, $6 n, $7 candidates per batch.
-const claimQueuedSQL = `WITH active AS (
+const claimQueuedSQL = `WITH RECURSIVE queued AS (
+	(SELECT q.batch_id FROM tasks q WHERE q.state = 'queued' ORDER BY q.batch_id LIMIT 1)
+	UNION ALL
+	SELECT (SELECT q.batch_id FROM tasks q WHERE q.state = 'queued' AND q.batch_id > u.batch_id ORDER BY q.batch_id LIMIT 1)
+	FROM queued u WHERE u.batch_id IS NOT NULL
+),
+active AS (
 	SELECT b.id, b.actor, GREATEST(b.updated_at, c.updated_at) AS updated_at, b.cancel_requested
-	FROM batches b CROSS JOIN LATERAL (` + shardSums + `) c
-	WHERE b.queued + c.queued > 0 AND EXISTS (SELECT 1 FROM tasks q
+	FROM queued u JOIN batches b ON b.id = u.batch_id CROSS JOIN LATERAL (` + shardSums + `) c
+	WHERE EXISTS (SELECT 1 FROM tasks q
 		WHERE q.batch_id = b.id AND q.state = 'queued' AND q.run_after <= $4)
 	ORDER BY 3, b.id LIMIT $5
 ),
@@ -233,8 +239,7 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 	// anything (a batch with queued tasks, ready or not, or an expired
 	// lease) before a transaction is begun for it.
 	var maybe bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM batches b CROSS JOIN LATERAL (`+shardSums+`) c
-			WHERE b.queued + c.queued > 0)
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE state = 'queued')
 		OR EXISTS (SELECT 1 FROM tasks WHERE state = 'running' AND lease_expires_at <= clock_timestamp())`).Scan(&maybe); err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
