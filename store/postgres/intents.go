@@ -258,7 +258,10 @@ func (s *Store) ListTasks(ctx context.Context, batchID string, p store.ListParam
 // being claimed at that moment: it runs and stops at its next step, or, if
 // that claim rolls back, the next claim cancels it. Tasks re-queued by
 // FailTask or ReleaseTasks read cancel_requested under the batch's lock, so
-// they either come before this sweep or end canceled themselves.
+// they either come before this sweep or end canceled themselves. The
+// sweep's counts move on the batch row, which it holds; the task methods
+// move theirs on count shards (batch_counts), so the answer is read back
+// summed.
 func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
 	var out intent.Batch
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
