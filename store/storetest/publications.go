@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -523,39 +522,14 @@ func testRacingItemClaims(t *testing.T, h Harness) {
 		mustCreate(t, s, in)
 		pubs = append(pubs, in.Publication.ID)
 	}
-	var mu sync.Mutex
-	owner := map[string]string{}
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for g := 0; g < 12; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			st := stores[g%len(stores)]
-			me := fmt.Sprintf("w%d", g)
-			<-start
-			for {
-				cs, err := st.ClaimItems(context.Background(), store.ClaimParams{Owner: me, Limit: 1 + g%5, TTL: longTTL})
-				if err != nil {
-					t.Errorf("claim: %v", err)
-					return
-				}
-				if len(cs) == 0 {
-					return
-				}
-				mu.Lock()
-				for _, c := range cs {
-					if prev, ok := owner[c.ItemID]; ok {
-						t.Errorf("item %s claimed by %s and %s", c.ItemID, prev, me)
-					}
-					owner[c.ItemID] = me
-				}
-				mu.Unlock()
-			}
-		}(g)
-	}
-	close(start)
-	wg.Wait()
+	owner := raceClaims(t, stores, "item", func(st store.PublicationStore, p store.ClaimParams) ([]string, error) {
+		cs, err := st.ClaimItems(context.Background(), p)
+		ids := make([]string, len(cs))
+		for i, c := range cs {
+			ids[i] = c.ItemID
+		}
+		return ids, err
+	})
 	if len(owner) != 300 {
 		t.Fatalf("claimed %d distinct items, want 300", len(owner))
 	}

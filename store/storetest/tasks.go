@@ -183,39 +183,14 @@ func testRacingClaims(t *testing.T, h Harness) {
 		mustCreate(t, s, in)
 		ids = append(ids, in.Batch.ID)
 	}
-	var mu sync.Mutex
-	owner := map[string]string{}
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for g := 0; g < 12; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			st := stores[g%len(stores)]
-			me := fmt.Sprintf("w%d", g)
-			<-start
-			for {
-				cs, err := st.ClaimTasks(context.Background(), store.ClaimParams{Owner: me, Limit: 1 + g%5, TTL: longTTL})
-				if err != nil {
-					t.Errorf("claim: %v", err)
-					return
-				}
-				if len(cs) == 0 {
-					return
-				}
-				mu.Lock()
-				for _, c := range cs {
-					if prev, ok := owner[c.TaskID]; ok {
-						t.Errorf("task %s claimed by %s and %s", c.TaskID, prev, me)
-					}
-					owner[c.TaskID] = me
-				}
-				mu.Unlock()
-			}
-		}(g)
-	}
-	close(start)
-	wg.Wait()
+	owner := raceClaims(t, stores, "task", func(st store.Store, p store.ClaimParams) ([]string, error) {
+		cs, err := st.ClaimTasks(context.Background(), p)
+		ids := make([]string, len(cs))
+		for i, c := range cs {
+			ids[i] = c.TaskID
+		}
+		return ids, err
+	})
 	if len(owner) != 300 {
 		t.Fatalf("claimed %d distinct tasks, want 300", len(owner))
 	}
@@ -695,4 +670,45 @@ func testCountsUnderChurn(t *testing.T, h Harness) {
 	if b.Counts.Queued != 0 || b.Counts.Running != 0 || b.State == intent.StateRunning {
 		t.Fatalf("churn left %+v", b)
 	}
+}
+
+// raceClaims runs 12 goroutines over stores, each claiming (1 to 5 at a
+// time, under its own owner) until claim finds nothing, and reports any id
+// claimed twice. It answers which owner claimed each id.
+func raceClaims[S any](t *testing.T, stores []S, what string, claim func(S, store.ClaimParams) ([]string, error)) map[string]string {
+	t.Helper()
+	var mu sync.Mutex
+	owner := map[string]string{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for g := 0; g < 12; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			st := stores[g%len(stores)]
+			me := fmt.Sprintf("w%d", g)
+			<-start
+			for {
+				ids, err := claim(st, store.ClaimParams{Owner: me, Limit: 1 + g%5, TTL: longTTL})
+				if err != nil {
+					t.Errorf("claim: %v", err)
+					return
+				}
+				if len(ids) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, id := range ids {
+					if prev, ok := owner[id]; ok {
+						t.Errorf("%s %s claimed by %s and %s", what, id, prev, me)
+					}
+					owner[id] = me
+				}
+				mu.Unlock()
+			}
+		}(g)
+	}
+	close(start)
+	wg.Wait()
+	return owner
 }
