@@ -163,40 +163,19 @@ func (s *Store) PublicationItems(ctx context.Context, publicationID string) ([]s
 	return items, nil
 }
 
-// pubDelta is how one publication's counts move in a transaction.
-type pubDelta struct {
-	queued, running, succeeded, failed int
-	started                            bool
-}
-
-type pubDeltas map[string]*pubDelta
-
-func (d pubDeltas) of(publicationID string) *pubDelta {
-	c := d[publicationID]
-	if c == nil {
-		c = &pubDelta{}
-		d[publicationID] = c
-	}
-	return c
-}
-
-// apply writes the publications' new counts, in id order, in one round
+// applyPublicationDeltas writes the publications' new counts, in id order, in one round
 // trip.
-func (d pubDeltas) apply(ctx context.Context, tx pgx.Tx, wall time.Time) error {
+func applyPublicationDeltas(ctx context.Context, tx pgx.Tx, wall time.Time, d store.CountDeltas) error {
 	if len(d) == 0 {
 		return nil
 	}
-	ids := make([]string, 0, len(d))
-	for id := range d {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := d.IDs()
 	var b pgx.Batch
 	for _, id := range ids {
 		c := d[id]
 		b.Queue(`UPDATE publications SET queued = queued + $1, running = running + $2,
 			succeeded = succeeded + $3, failed = failed + $4, started = started OR $5, updated_at = $6 WHERE id = $7`,
-			c.queued, c.running, c.succeeded, c.failed, c.started, wall, id)
+			c.Queued, c.Running, c.Succeeded, c.Failed, c.Started, wall, id)
 	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("update publication counts: %w", err)
@@ -237,9 +216,9 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 			return nil, fmt.Errorf("claim items: fail expired: %w", err)
 		}
 		for _, id := range pubs {
-			d := t.pubs.of(id)
-			d.running--
-			d.failed++
+			d := t.pubs.Of(id)
+			d.Running--
+			d.Failed++
 		}
 	}
 	type claim struct {
@@ -289,10 +268,10 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 	for i, c := range claims {
 		ids[i] = c.id
 		if c.wasQueued {
-			d := t.pubs.of(c.pub)
-			d.queued--
-			d.running++
-			d.started = true
+			d := t.pubs.Of(c.pub)
+			d.Queued--
+			d.Running++
+			d.Started = true
 		}
 	}
 	items, err := queryItems(ctx, t.tx, `i.id = ANY ($1)`, ids)
@@ -374,20 +353,20 @@ func (s *Store) RenewItemLeases(ctx context.Context, p store.ItemRenewParams) (s
 func (s *Store) CompleteItems(ctx context.Context, leases []store.ItemLease) ([]error, error) {
 	return s.endItems(ctx, "complete items", leases, `UPDATE publication_items SET state = 'succeeded', error = NULL,
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = $3 WHERE `+itemLive+` RETURNING publication_id`,
-		func(d *pubDelta) { d.running--; d.succeeded++ })
+		func(d *store.CountDelta) { d.Running--; d.Succeeded++ })
 }
 
 // ReleaseItems hands leases back: queued again at once.
 func (s *Store) ReleaseItems(ctx context.Context, leases []store.ItemLease) ([]error, error) {
 	return s.endItems(ctx, "release items", leases, `UPDATE publication_items SET state = 'queued', released = released + 1,
 		run_after = clock_timestamp(), lease_owner = NULL, lease_expires_at = NULL, updated_at = $3 WHERE `+itemLive+` RETURNING publication_id`,
-		func(d *pubDelta) { d.running--; d.queued++ })
+		func(d *store.CountDelta) { d.Running--; d.Queued++ })
 }
 
 // endItems runs a fenced update (parameters: id, fence, wall) on each
 // lease, in item id order, in one transaction, and moves the counts of
 // those it matched.
-func (s *Store) endItems(ctx context.Context, what string, leases []store.ItemLease, query string, move func(*pubDelta)) ([]error, error) {
+func (s *Store) endItems(ctx context.Context, what string, leases []store.ItemLease, query string, move func(*store.CountDelta)) ([]error, error) {
 	if len(leases) == 0 {
 		return nil, nil
 	}
@@ -408,7 +387,7 @@ func (s *Store) endItems(ctx context.Context, what string, leases []store.ItemLe
 		case err != nil:
 			return nil, fmt.Errorf("%s: item %s: %w", what, l.ItemID, err)
 		}
-		move(t.pubs.of(pub))
+		move(t.pubs.Of(pub))
 	}
 	if err := t.commit(ctx); err != nil {
 		return nil, fmt.Errorf("%s: commit: %w", what, err)
@@ -434,21 +413,18 @@ func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (string, erro
 	case err != nil:
 		return "", fmt.Errorf("fail item %s: %w", f.ItemID, err)
 	}
-	state := intent.StateQueued
-	if f.Permanent || (f.MaxAttempts > 0 && used >= f.MaxAttempts) {
-		state = intent.StateFailed
-	}
+	state := store.StateAfterFailure(false, f.Permanent, used, f.MaxAttempts)
 	if _, err := t.tx.Exec(ctx, `UPDATE publication_items SET state = $3, error = $4, run_after = clock_timestamp() + $5::interval,
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = $6 WHERE id = $1 AND fence = $2`,
 		f.ItemID, f.Fence, state, f.Error, ttlRoundUp(max(f.Backoff, 0)), t.wall); err != nil {
 		return "", fmt.Errorf("fail item %s: %w", f.ItemID, err)
 	}
-	d := t.pubs.of(pub)
-	d.running--
+	d := t.pubs.Of(pub)
+	d.Running--
 	if state == intent.StateQueued {
-		d.queued++
+		d.Queued++
 	} else {
-		d.failed++
+		d.Failed++
 	}
 	if err := t.commit(ctx); err != nil {
 		return "", fmt.Errorf("fail item: commit: %w", err)

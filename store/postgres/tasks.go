@@ -100,23 +100,6 @@ UPDATE tasks t SET
 FROM pick p JOIN batches b ON b.id = p.batch_id WHERE t.id = p.id
 RETURNING t.state, ` + claimColumns
 
-// countDelta is how one batch's counts move in a transaction.
-type countDelta struct {
-	queued, running, succeeded, failed, canceled int
-	started                                      bool
-}
-
-type deltas map[string]*countDelta
-
-func (d deltas) of(batchID string) *countDelta {
-	c := d[batchID]
-	if c == nil {
-		c = &countDelta{}
-		d[batchID] = c
-	}
-	return c
-}
-
 // countShards is how many rows of batch_counts a batch's counts may
 // spread over (migration 0102 checks the bound).
 const countShards = 8
@@ -146,19 +129,15 @@ ON CONFLICT (batch_id, shard) DO UPDATE SET queued = s.queued + excluded.queued,
 // goes to a shard of the batch's counts (addShardSQL), not to the batch
 // row: transactions moving tasks of one batch at once take different rows,
 // and none waits on another's commit.
-func (d deltas) apply(ctx context.Context, tx pgx.Tx, wall time.Time) error {
+func applyBatchDeltas(ctx context.Context, tx pgx.Tx, wall time.Time, d store.CountDeltas) error {
 	if len(d) == 0 {
 		return nil
 	}
-	ids := make([]string, 0, len(d))
-	for id := range d {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := d.IDs()
 	var b pgx.Batch
 	for _, id := range ids {
 		c := d[id]
-		b.Queue(addShardSQL, c.queued, c.running, c.succeeded, c.failed, c.canceled, c.started, wall, id, rand.IntN(countShards))
+		b.Queue(addShardSQL, c.Queued, c.Running, c.Succeeded, c.Failed, c.Canceled, c.Started, wall, id, rand.IntN(countShards))
 	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("update counts: %w", err)
@@ -170,9 +149,9 @@ func (d deltas) apply(ctx context.Context, tx pgx.Tx, wall time.Time) error {
 // updated_at, and the counts that move.
 type taskTx struct {
 	tx     pgx.Tx
-	wall   time.Time // s.now()
-	deltas deltas    // batches' counts
-	pubs   pubDeltas // publications' counts
+	wall   time.Time         // s.now()
+	deltas store.CountDeltas // batches' counts
+	pubs   store.CountDeltas // publications' counts
 }
 
 func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
@@ -180,7 +159,7 @@ func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &taskTx{tx: tx, wall: stamp(s.now()), deltas: deltas{}, pubs: pubDeltas{}}, nil
+	return &taskTx{tx: tx, wall: stamp(s.now()), deltas: store.CountDeltas{}, pubs: store.CountDeltas{}}, nil
 }
 
 // dbNow reads the database's clock, for methods that need one "now" for
@@ -194,10 +173,10 @@ func (t *taskTx) dbNow(ctx context.Context) (time.Time, error) {
 }
 
 func (t *taskTx) commit(ctx context.Context) error {
-	if err := t.deltas.apply(ctx, t.tx, t.wall); err != nil {
+	if err := applyBatchDeltas(ctx, t.tx, t.wall, t.deltas); err != nil {
 		return err
 	}
-	if err := t.pubs.apply(ctx, t.tx, t.wall); err != nil {
+	if err := applyPublicationDeltas(ctx, t.tx, t.wall, t.pubs); err != nil {
 		return err
 	}
 	return t.tx.Commit(ctx)
@@ -266,15 +245,15 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 			return nil, fmt.Errorf("claim tasks: %w", err)
 		}
 		for _, c := range fresh {
-			d := t.deltas.of(c.BatchID)
-			d.queued--
-			d.running++
-			d.started = true
+			d := t.deltas.Of(c.BatchID)
+			d.Queued--
+			d.Running++
+			d.Started = true
 		}
 		for _, batch := range canceled {
-			d := t.deltas.of(batch)
-			d.queued--
-			d.canceled++
+			d := t.deltas.Of(batch)
+			d.Queued--
+			d.Canceled++
 		}
 		claimed = append(claimed, fresh...)
 	}
@@ -338,18 +317,18 @@ func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams) (time.
 				WHERE id = $2 AND fence = $3`, t.wall, e.id, e.fence); err != nil {
 				return time.Time{}, nil, fmt.Errorf("cancel expired task: %w", err)
 			}
-			d := t.deltas.of(e.batch)
-			d.running--
-			d.canceled++
-		case p.MaxAttempts > 0 && e.used >= p.MaxAttempts:
+			d := t.deltas.Of(e.batch)
+			d.Running--
+			d.Canceled++
+		case store.OutOfAttempts(e.used, p.MaxAttempts):
 			msg := fmt.Sprintf("attempt %d: the lease expired (the worker stopped or crashed); no attempts left", e.attempts)
 			if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = 'failed', error = $1, lease_owner = NULL, lease_expires_at = NULL, updated_at = $2
 				WHERE id = $3 AND fence = $4`, msg, t.wall, e.id, e.fence); err != nil {
 				return time.Time{}, nil, fmt.Errorf("fail expired task: %w", err)
 			}
-			d := t.deltas.of(e.batch)
-			d.running--
-			d.failed++
+			d := t.deltas.Of(e.batch)
+			d.Running--
+			d.Failed++
 		default:
 			rows, err := t.tx.Query(ctx, `UPDATE tasks t SET fence = fence + 1, attempts = attempts + 1,
 				lease_owner = $1, lease_expires_at = $2, updated_at = $3 FROM batches b
@@ -505,9 +484,9 @@ func (t *taskTx) cancelIfRequested(ctx context.Context, l store.Lease) error {
 	case err != nil:
 		return fmt.Errorf("cancel task %s: %w", l.TaskID, err)
 	}
-	d := t.deltas.of(batch)
-	d.running--
-	d.canceled++
+	d := t.deltas.Of(batch)
+	d.Running--
+	d.Canceled++
 	return store.ErrTaskCanceled
 }
 
@@ -614,15 +593,15 @@ func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]sto
 			_ = br.Close()
 			return nil, fmt.Errorf("complete task %s: %w", cs[i].TaskID, interpret(err))
 		}
-		d := t.deltas.of(batch)
-		d.running--
+		d := t.deltas.Of(batch)
+		d.Running--
 		if state == intent.StateCanceled {
 			out[i].Err = store.ErrTaskCanceled
-			d.canceled++
+			d.Canceled++
 			continue
 		}
 		out[i].AssetID = assetID
-		d.succeeded++
+		d.Succeeded++
 	}
 	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("complete tasks: %w", interpret(err))
@@ -658,27 +637,21 @@ func (s *Store) FailTask(ctx context.Context, f store.Failure) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
 	}
-	state := intent.StateQueued
-	switch {
-	case canceling[batch]:
-		state = intent.StateCanceled
-	case f.Permanent || (f.MaxAttempts > 0 && used >= f.MaxAttempts):
-		state = intent.StateFailed
-	}
+	state := store.StateAfterFailure(canceling[batch], f.Permanent, used, f.MaxAttempts)
 	if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = $3, error = $4, run_after = clock_timestamp() + $5::interval,
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = $6 WHERE id = $1 AND fence = $2`,
 		f.TaskID, f.Fence, state, f.Error, ttlRoundUp(max(f.Backoff, 0)), t.wall); err != nil {
 		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
 	}
-	d := t.deltas.of(batch)
-	d.running--
+	d := t.deltas.Of(batch)
+	d.Running--
 	switch state {
 	case intent.StateQueued:
-		d.queued++
+		d.Queued++
 	case intent.StateFailed:
-		d.failed++
+		d.Failed++
 	case intent.StateCanceled:
-		d.canceled++
+		d.Canceled++
 	}
 	if err := t.commit(ctx); err != nil {
 		return "", fmt.Errorf("fail task: commit: %w", err)
@@ -731,12 +704,12 @@ func (s *Store) ReleaseTasks(ctx context.Context, leases []store.Lease) ([]error
 				leases[i].TaskID, leases[i].Fence, state, t.wall); err != nil {
 				return nil, fmt.Errorf("release task %s: %w", leases[i].TaskID, err)
 			}
-			d := t.deltas.of(batch)
-			d.running--
+			d := t.deltas.Of(batch)
+			d.Running--
 			if state == intent.StateQueued {
-				d.queued++
+				d.Queued++
 			} else {
-				d.canceled++
+				d.Canceled++
 			}
 		}
 	}

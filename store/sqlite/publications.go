@@ -192,17 +192,11 @@ func (s *Store) PublicationItems(ctx context.Context, publicationID string) ([]s
 	return items, nil
 }
 
-// pubDelta is how one publication's counts move in a transaction.
-type pubDelta struct {
-	queued, running, succeeded, failed int
-	started                            bool
-}
-
 // itemTx is one write transaction of the item methods: a taskTx (its
 // clocks; its batch counts stay untouched) and the publications' counts.
 type itemTx struct {
 	*taskTx
-	pubs map[string]*pubDelta
+	pubs store.CountDeltas
 }
 
 func (s *Store) beginItems(ctx context.Context) (*itemTx, error) {
@@ -210,30 +204,16 @@ func (s *Store) beginItems(ctx context.Context) (*itemTx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &itemTx{taskTx: t, pubs: map[string]*pubDelta{}}, nil
-}
-
-func (t *itemTx) of(publicationID string) *pubDelta {
-	d := t.pubs[publicationID]
-	if d == nil {
-		d = &pubDelta{}
-		t.pubs[publicationID] = d
-	}
-	return d
+	return &itemTx{taskTx: t, pubs: store.CountDeltas{}}, nil
 }
 
 // commit writes the publications' new counts, in id order, and commits.
 func (t *itemTx) commit(ctx context.Context) error {
-	ids := make([]string, 0, len(t.pubs))
-	for id := range t.pubs {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range t.pubs.IDs() {
 		d := t.pubs[id]
 		if _, err := t.tx.ExecContext(ctx, `UPDATE publications SET queued = queued + ?, running = running + ?,
 			succeeded = succeeded + ?, failed = failed + ?, started = MAX(started, ?), updated_at = ? WHERE id = ?`,
-			d.queued, d.running, d.succeeded, d.failed, d.started, t.wall, id); err != nil {
+			d.Queued, d.Running, d.Succeeded, d.Failed, d.Started, t.wall, id); err != nil {
 			return fmt.Errorf("update counts of publication %s: %w", id, err)
 		}
 	}
@@ -267,9 +247,9 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 			return nil, fmt.Errorf("claim items: fail expired: %w", err)
 		}
 		for _, id := range pubs {
-			d := t.of(id)
-			d.running--
-			d.failed++
+			d := t.pubs.Of(id)
+			d.Running--
+			d.Failed++
 		}
 	}
 	type claim struct {
@@ -316,10 +296,10 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 	for i, c := range claims {
 		ids[i] = c.id
 		if c.wasQueued {
-			d := t.of(c.pub)
-			d.queued--
-			d.running++
-			d.started = true
+			d := t.pubs.Of(c.pub)
+			d.Queued--
+			d.Running++
+			d.Started = true
 		}
 	}
 	idsJSON, err := json.Marshal(ids)
@@ -404,19 +384,19 @@ func (s *Store) RenewItemLeases(ctx context.Context, p store.ItemRenewParams) (s
 func (s *Store) CompleteItems(ctx context.Context, leases []store.ItemLease) ([]error, error) {
 	return s.endItems(ctx, "complete items", leases, `UPDATE publication_items SET state = 'succeeded', error = NULL,
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE `+itemLive+` RETURNING publication_id`,
-		func(d *pubDelta) { d.running--; d.succeeded++ })
+		func(d *store.CountDelta) { d.Running--; d.Succeeded++ })
 }
 
 // ReleaseItems hands leases back: queued again at once.
 func (s *Store) ReleaseItems(ctx context.Context, leases []store.ItemLease) ([]error, error) {
 	return s.endItems(ctx, "release items", leases, `UPDATE publication_items SET state = 'queued', released = released + 1,
 		run_after = 0, lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE `+itemLive+` RETURNING publication_id`,
-		func(d *pubDelta) { d.running--; d.queued++ })
+		func(d *store.CountDelta) { d.Running--; d.Queued++ })
 }
 
 // endItems runs a fenced update (parameters: wall, id, fence, now) on each
 // lease in one transaction and moves the counts of those it matched.
-func (s *Store) endItems(ctx context.Context, what string, leases []store.ItemLease, query string, move func(*pubDelta)) ([]error, error) {
+func (s *Store) endItems(ctx context.Context, what string, leases []store.ItemLease, query string, move func(*store.CountDelta)) ([]error, error) {
 	if len(leases) == 0 {
 		return nil, nil
 	}
@@ -441,7 +421,7 @@ func (s *Store) endItems(ctx context.Context, what string, leases []store.ItemLe
 		case err != nil:
 			return nil, fmt.Errorf("%s: item %s: %w", what, l.ItemID, err)
 		}
-		move(t.of(pub))
+		move(t.pubs.Of(pub))
 	}
 	if err := t.commit(ctx); err != nil {
 		return nil, fmt.Errorf("%s: commit: %w", what, err)
@@ -467,22 +447,19 @@ func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (string, erro
 	case err != nil:
 		return "", fmt.Errorf("fail item %s: %w", f.ItemID, err)
 	}
-	state := intent.StateQueued
-	if f.Permanent || (f.MaxAttempts > 0 && used >= f.MaxAttempts) {
-		state = intent.StateFailed
-	}
+	state := store.StateAfterFailure(false, f.Permanent, used, f.MaxAttempts)
 	runAfter := t.now + max(ttlMS(f.Backoff), 0)
 	if _, err := t.tx.ExecContext(ctx, `UPDATE publication_items SET state = ?, error = ?, run_after = ?,
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE `+itemLive,
 		state, f.Error, runAfter, t.wall, f.ItemID, f.Fence, t.now); err != nil {
 		return "", fmt.Errorf("fail item %s: %w", f.ItemID, err)
 	}
-	d := t.of(pub)
-	d.running--
+	d := t.pubs.Of(pub)
+	d.Running--
 	if state == intent.StateQueued {
-		d.queued++
+		d.Queued++
 	} else {
-		d.failed++
+		d.Failed++
 	}
 	if err := t.commit(ctx); err != nil {
 		return "", fmt.Errorf("fail item: commit: %w", err)

@@ -129,37 +129,16 @@ func (c *taskStmts) prepare(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// countDelta is how one batch's counts move in a transaction.
-type countDelta struct {
-	queued, running, succeeded, failed, canceled int
-	started                                      bool
-}
-
-type deltas map[string]*countDelta
-
-func (d deltas) of(batchID string) *countDelta {
-	c := d[batchID]
-	if c == nil {
-		c = &countDelta{}
-		d[batchID] = c
-	}
-	return c
-}
-
-// apply writes the batches' new counts, in batch id order.
-func (d deltas) apply(ctx context.Context, t *taskTx) error {
+// applyBatchDeltas writes the batches' new counts, in batch id order.
+func applyBatchDeltas(ctx context.Context, t *taskTx, d store.CountDeltas) error {
 	if len(d) == 0 {
 		return nil
 	}
-	ids := make([]string, 0, len(d))
-	for id := range d {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := d.IDs()
 	stmt := t.stmt(ctx, updateCountsSQL)
 	for _, id := range ids {
 		c := d[id]
-		if _, err := stmt.ExecContext(ctx, c.queued, c.running, c.succeeded, c.failed, c.canceled, c.started, t.wall, id); err != nil {
+		if _, err := stmt.ExecContext(ctx, c.Queued, c.Running, c.Succeeded, c.Failed, c.Canceled, c.Started, t.wall, id); err != nil {
 			return fmt.Errorf("update counts of batch %s: %w", id, err)
 		}
 	}
@@ -173,7 +152,7 @@ type taskTx struct {
 	tx     *sql.Tx
 	now    int64 // database clock, ms
 	wall   int64 // s.now(), ms
-	deltas deltas
+	deltas store.CountDeltas
 }
 
 func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
@@ -184,7 +163,7 @@ func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &taskTx{s: s, tx: tx, wall: ms(s.now()), deltas: deltas{}}
+	t := &taskTx{s: s, tx: tx, wall: ms(s.now()), deltas: store.CountDeltas{}}
 	if err := t.stmt(ctx, dbNowSQL).QueryRowContext(ctx).Scan(&t.now); err != nil {
 		tx.Rollback()
 		return nil, fmt.Errorf("read database clock: %w", err)
@@ -198,7 +177,7 @@ func (t *taskTx) stmt(ctx context.Context, q string) *sql.Stmt {
 }
 
 func (t *taskTx) commit(ctx context.Context) error {
-	if err := t.deltas.apply(ctx, t); err != nil {
+	if err := applyBatchDeltas(ctx, t, t.deltas); err != nil {
 		return err
 	}
 	return t.tx.Commit()
@@ -301,10 +280,10 @@ func (t *taskTx) claimQueued(ctx context.Context, owner string, expires int64, n
 			if len(got) < sh.n {
 				sh.q.drop(sh.batch)
 			}
-			d := t.deltas.of(sh.batch)
-			d.queued -= len(got)
-			d.running += len(got)
-			d.started = d.started || len(got) > 0
+			d := t.deltas.Of(sh.batch)
+			d.Queued -= len(got)
+			d.Running += len(got)
+			d.Started = d.Started || len(got) > 0
 			out = append(out, got...)
 		}
 		actors = slices.DeleteFunc(actors, func(q *actorQueue) bool { return len(q.batches) == 0 })
@@ -399,17 +378,17 @@ func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams, expire
 			if _, err := t.stmt(ctx, cancelExpiredSQL).ExecContext(ctx, t.wall, e.id, e.fence); err != nil {
 				return nil, fmt.Errorf("cancel expired task: %w", err)
 			}
-			d := t.deltas.of(e.batch)
-			d.running--
-			d.canceled++
-		case p.MaxAttempts > 0 && e.used >= p.MaxAttempts:
+			d := t.deltas.Of(e.batch)
+			d.Running--
+			d.Canceled++
+		case store.OutOfAttempts(e.used, p.MaxAttempts):
 			msg := fmt.Sprintf("attempt %d: the lease expired (the worker stopped or crashed); no attempts left", e.attempts)
 			if _, err := t.stmt(ctx, failExpiredSQL).ExecContext(ctx, msg, t.wall, e.id, e.fence); err != nil {
 				return nil, fmt.Errorf("fail expired task: %w", err)
 			}
-			d := t.deltas.of(e.batch)
-			d.running--
-			d.failed++
+			d := t.deltas.Of(e.batch)
+			d.Running--
+			d.Failed++
 		default:
 			rows, err := t.stmt(ctx, reclaimSQL).QueryContext(ctx, p.Owner, expires, t.wall, e.id, e.fence)
 			if err != nil {
@@ -505,9 +484,9 @@ func (t *taskTx) cancelIfRequested(ctx context.Context, l store.Lease) error {
 	case err != nil:
 		return fmt.Errorf("cancel task %s: %w", l.TaskID, err)
 	}
-	d := t.deltas.of(batch)
-	d.running--
-	d.canceled++
+	d := t.deltas.Of(batch)
+	d.Running--
+	d.Canceled++
 	return store.ErrTaskCanceled
 }
 
@@ -584,9 +563,9 @@ func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]sto
 			}
 		}
 		out[i].AssetID = assetID
-		d := t.deltas.of(batch)
-		d.running--
-		d.succeeded++
+		d := t.deltas.Of(batch)
+		d.Running--
+		d.Succeeded++
 	}
 	if err := t.commit(ctx); err != nil {
 		return nil, fmt.Errorf("complete tasks: commit: %w", err)
@@ -612,26 +591,20 @@ func (s *Store) FailTask(ctx context.Context, f store.Failure) (string, error) {
 	case err != nil:
 		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
 	}
-	state := intent.StateQueued
-	switch {
-	case canceling:
-		state = intent.StateCanceled
-	case f.Permanent || (f.MaxAttempts > 0 && used >= f.MaxAttempts):
-		state = intent.StateFailed
-	}
+	state := store.StateAfterFailure(canceling, f.Permanent, used, f.MaxAttempts)
 	runAfter := t.now + max(ttlMS(f.Backoff), 0)
 	if _, err := t.stmt(ctx, failSQL).ExecContext(ctx, state, f.Error, runAfter, t.wall, f.TaskID, f.Fence, t.now); err != nil {
 		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
 	}
-	d := t.deltas.of(batch)
-	d.running--
+	d := t.deltas.Of(batch)
+	d.Running--
 	switch state {
 	case intent.StateQueued:
-		d.queued++
+		d.Queued++
 	case intent.StateFailed:
-		d.failed++
+		d.Failed++
 	case intent.StateCanceled:
-		d.canceled++
+		d.Canceled++
 	}
 	if err := t.commit(ctx); err != nil {
 		return "", fmt.Errorf("fail task: commit: %w", err)
@@ -661,12 +634,12 @@ func (s *Store) ReleaseTasks(ctx context.Context, leases []store.Lease) ([]error
 		case err != nil:
 			return nil, fmt.Errorf("release task %s: %w", l.TaskID, err)
 		}
-		d := t.deltas.of(batch)
-		d.running--
+		d := t.deltas.Of(batch)
+		d.Running--
 		if state == intent.StateQueued {
-			d.queued++
+			d.Queued++
 		} else {
-			d.canceled++
+			d.Canceled++
 		}
 	}
 	if err := t.commit(ctx); err != nil {
