@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -71,6 +72,8 @@ type Config struct {
 	// Observe, when set, is called once per request after it was answered
 	// (for metrics). It must be quick and safe for concurrent use.
 	Observe func(RequestRecord)
+	// Events tunes the batch event streams; zero fields take defaults.
+	Events Events
 }
 
 // RequestRecord describes one answered request: what the request log line
@@ -102,6 +105,10 @@ type Server struct {
 	metrics   http.Handler
 	observe   func(RequestRecord)
 	router    *chi.Mux
+
+	events      Events
+	streamsDone chan struct{} // closed by EndStreams
+	endStreams  sync.Once
 }
 
 // New returns a Server for cfg.
@@ -124,6 +131,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Limits.UploadBody <= 0 {
 		cfg.Limits.UploadBody = intent.MaxUploadBytes
 	}
+	if cfg.Events.Poll <= 0 {
+		cfg.Events.Poll = DefaultEventPoll
+	}
+	if cfg.Events.Heartbeat <= 0 {
+		cfg.Events.Heartbeat = DefaultEventHeartbeat
+	}
 	s := &Server{
 		gens:      cfg.Generations,
 		store:     cfg.Store,
@@ -135,6 +148,9 @@ func New(cfg Config) (*Server, error) {
 		limits:    cfg.Limits,
 		metrics:   cfg.Metrics,
 		observe:   cfg.Observe,
+
+		events:      cfg.Events,
+		streamsDone: make(chan struct{}),
 	}
 	if err := checkOpenAPI(); err != nil {
 		return nil, fmt.Errorf("new http api: %w", err)
@@ -171,10 +187,12 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/batches/{id}", s.getBatch)
 		r.Get("/batches/{id}/tasks", s.listTasks)
 		r.Post("/batches/{id}/cancel", s.cancelBatch)
+		r.Get("/batches/{id}/events", s.batchEvents)
 		r.Get("/assets/{id}", s.getAsset)
 		r.Get("/assets/{id}/content", s.getAssetContent)
 		r.Post("/uploads", s.createUpload)
 		r.Post("/publications", s.createPublication)
+		r.Get("/publications", s.listPublications)
 		r.Get("/publications/{id}", s.getPublication)
 	})
 	return r
