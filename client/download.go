@@ -219,4 +219,3 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	return werr
 }
-

@@ -54,8 +54,8 @@ func startStack(dir string, withWorkers bool) (*stack, error) {
 		Uploads:      &intent.Uploads{Store: st, Blobs: blobWriter{blobs}, Locker: &keyedMutex{}},
 		Store:        st,
 		Blobs:        blobs,
-		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Events:      httpapi.Events{Poll: 10 * time.Millisecond, Heartbeat: time.Second},
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Events:       httpapi.Events{Poll: 10 * time.Millisecond, Heartbeat: time.Second},
 	})
 	if err != nil {
 		st.Close()
