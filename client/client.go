@@ -155,7 +155,7 @@ func (c *Client) do(ctx context.Context, cl call) (*answer, error) {
 			if he != nil {
 				return nil, he
 			}
-			return nil, fmt.Errorf("%s %s: %w after %d tries: %w", cl.method, cl.path, ErrUnreachable, try, err)
+			return nil, fmt.Errorf("%w after %d tries: %w", ErrUnreachable, try, err)
 		}
 		wait := c.backoff(try)
 		if he != nil && he.RetryAfter > 0 {
