@@ -31,7 +31,7 @@ func BenchmarkChangeStamp(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.Cleanup(s.Close)
+				b.Cleanup(func() { s.Close() })
 				return s
 			}
 			stamped, unstamped := open(), open()
