@@ -434,7 +434,7 @@ func TestEventsWhileWorkerProcessDrains(t *testing.T) {
 			// from the worker process.
 			startProcess(t, env, "worker", "--data", workerData, "--concurrency", "2")
 			seen := map[string][]string{}
-			lastID := first.ID
+			var lastID string
 			taskEvents := 0
 			var done *apiclient.Batch
 			for done == nil {
