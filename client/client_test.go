@@ -213,8 +213,15 @@ func TestNewRefusesBadAddresses(t *testing.T) {
 // TestAgainstTheRealAPI: every typed call against the real HTTP API.
 func TestAgainstTheRealAPI(t *testing.T) {
 	s := newStack(t, true)
-	c := newClient(t, s.URL, s.Token, quick)
+	c, err := client.New(s.URL, client.WithToken(s.Token), client.WithRetry(quick),
+		client.WithHTTPClient(&http.Client{Timeout: time.Minute}), client.WithUserAgent("client-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
+	if m, err := c.Metrics(ctx); err != nil || !strings.Contains(string(m), "studio metrics") {
+		t.Fatalf("metrics: %q, %v", m, err)
+	}
 	if err := c.Health(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"sync"
@@ -56,6 +57,9 @@ func startStack(dir string, withWorkers bool) (*stack, error) {
 		Blobs:        blobs,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Events:       httpapi.Events{Poll: 10 * time.Millisecond, Heartbeat: time.Second},
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "# studio metrics\n")
+		}),
 	})
 	if err != nil {
 		st.Close()
