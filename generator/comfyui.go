@@ -358,7 +358,10 @@ func (g *comfyUI) Wait(ctx context.Context, ref string) error {
 		if err == nil && h == nil {
 			empty++
 			if empty%comfyQueueCheckEvery == 1 {
-				err = g.checkQueued(ctx, ref)
+				var lost error
+				if h, lost, err = g.checkQueued(ctx, ref); lost != nil {
+					return fmt.Errorf("wait: %w", lost)
+				}
 			}
 		}
 		switch {
@@ -390,19 +393,20 @@ func (g *comfyUI) Wait(ctx context.Context, ref string) error {
 	}
 }
 
-// checkQueued answers an error when the prompt is neither in the queue nor
-// (looked at again, as it may have just finished) in the history.
-func (g *comfyUI) checkQueued(ctx context.Context, id string) error {
+// checkQueued looks for a prompt whose history is empty in the queue and
+// then (as it may have just finished) in the history again: it answers
+// the history entry if there is one now, or lost when the server has the
+// prompt nowhere (an error of this attempt: the next one submits again).
+func (g *comfyUI) checkQueued(ctx context.Context, id string) (h *comfyEntry, lost, err error) {
 	q, err := g.queued(ctx, id)
 	if err != nil || q {
-		return err
+		return nil, nil, err
 	}
-	h, err := g.history(ctx, id)
-	if err != nil || h != nil {
-		return err
+	if h, err = g.history(ctx, id); err != nil || h != nil {
+		return h, nil, err
 	}
-	return &ProviderError{Generator: g.id, Class: ClassUnavailable,
-		Message: fmt.Sprintf("wait: prompt %s is neither queued nor in the history (the server restarted, or its queue was cleared); the next try submits it again", id)}
+	return nil, &ProviderError{Generator: g.id, Class: ClassUnavailable,
+		Message: fmt.Sprintf("prompt %s is neither queued nor in the history (the server restarted, or its queue was cleared); the next try submits it again", id)}, nil
 }
 
 // done reads a finished history entry: nil when the output node has an

@@ -248,6 +248,10 @@ func (r *run) settle(tr *taskRun, err error) {
 	permanent := generator.IsPermanent(err)
 	msg := fmt.Sprintf("attempt %d: %v", tr.c.Attempt, err)
 	backoff := Backoff(r.cfg.RetryBase, r.cfg.RetryMax, tr.c.Attempt, rand.Float64())
+	if d, ok := generator.RetryAfter(err); ok && !permanent && d > backoff {
+		// The provider said when to come back (429, 503 Retry-After).
+		backoff = d
+	}
 	ctx, cancel := context.WithTimeout(r.bg, storeTimeout)
 	defer cancel()
 	state, ferr := r.cfg.Store.FailTask(ctx, store.Failure{

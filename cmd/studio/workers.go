@@ -24,7 +24,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	reg, err := generator.NewRegistry(d.catalog.Specs()...)
+	reg, err := m.generators(d)
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
 	}
@@ -76,4 +76,25 @@ func observeAttempt(mt *metrics.Metrics) func(string) {
 			mt.LeaseLost()
 		}
 	}
+}
+
+// generators builds the catalog's generators, the remote ones reporting
+// their provider calls to the metrics.
+func (m *Main) generators(d *deps) (*generator.Registry, error) {
+	specs := d.catalog.Specs()
+	var opts generator.Options
+	if d.metrics != nil {
+		var remote []string
+		for _, s := range specs {
+			if s.Kind != generator.KindEmbedded {
+				remote = append(remote, s.ID)
+			}
+		}
+		gm, err := d.metrics.Generators(remote, generator.ErrorClasses())
+		if err != nil {
+			return nil, err
+		}
+		opts.Observe = gm.Call
+	}
+	return generator.NewRegistryWith(opts, specs...)
 }
