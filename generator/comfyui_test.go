@@ -225,9 +225,11 @@ func TestComfyUISpecChecks(t *testing.T) {
 		mutate func(*Spec)
 		says   string
 	}{
-		"missing workflow":  {func(s *Spec) { s.Workflow = "nowhere/wf.json" }, "no such file"},
-		"no workflow":       {func(s *Spec) { s.Workflow = "" }, "workflow is required"},
-		"not API format":    {func(s *Spec) { s.Workflow = writeWorkflow(t, func(string) string { return `{"nodes": [], "links": []}` }) }, "not a workflow in API format"},
+		"missing workflow": {func(s *Spec) { s.Workflow = "nowhere/wf.json" }, "no such file"},
+		"no workflow":      {func(s *Spec) { s.Workflow = "" }, "workflow is required"},
+		"not API format": {func(s *Spec) {
+			s.Workflow = writeWorkflow(t, func(string) string { return `{"nodes": [], "links": []}` })
+		}, "not a workflow in API format"},
 		"missing node":      {func(s *Spec) { s.Inputs["seed"] = "31.inputs.seed" }, `has no node "31"`},
 		"missing field":     {func(s *Spec) { s.Inputs["seed"] = "3.inputs.noise_seed" }, `node "3" (KSampler) of workflow`},
 		"bad path":          {func(s *Spec) { s.Inputs["seed"] = "3.seed" }, `not like "6.inputs.text"`},
