@@ -48,6 +48,7 @@ type ComfyUI struct {
 	held        bool
 	script      map[string][]Reply
 	failExec    []string
+	onSubmit    func(promptID string)
 	images      map[string][]byte // by filename
 }
 
@@ -125,6 +126,16 @@ func (f *ComfyUI) FailNextExecution(msg ...string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.failExec = append(f.failExec, msg...)
+}
+
+// OnSubmit makes fn run on each prompt taken by POST /prompt, before the
+// answer is written (a test may kill its client there: the prompt is
+// queued, the client never hears of it). fn runs with the fake locked:
+// it must not call the fake.
+func (f *ComfyUI) OnSubmit(fn func(promptID string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onSubmit = fn
 }
 
 // Submissions is how many times POST /prompt queued each prompt_id.
@@ -277,6 +288,9 @@ func (f *ComfyUI) postPrompt(w http.ResponseWriter, r *http.Request) {
 	}
 	f.jobs[id] = j
 	f.submissions[id]++
+	if f.onSubmit != nil {
+		f.onSubmit(id)
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"prompt_id": id, "number": j.number, "node_errors": map[string]any{}})
 }
 
