@@ -197,7 +197,6 @@ func TestRemoteGeneratorsBatch(t *testing.T) {
 	})
 }
 
-
 // TestComfyWorkerKilled: a worker SIGKILLed while its ComfyUI prompts
 // run is replaced, and the provider sees one submission per task:
 //
