@@ -11,6 +11,14 @@
 // state: a reference carries everything Wait and Fetch need, so any process
 // can resume any task. They render deterministic PNGs: the same job gives
 // byte-identical images on every run and in every process.
+//
+// The remote generators are built from a catalog's Spec: kind openai (the
+// OpenAI Images API and the servers that speak it) and kind comfyui (a
+// ComfyUI server running a workflow in API format, with the task id as its
+// prompt_id, looked up before any submission so that it is queued once).
+// They fail with a *ProviderError, whose class feeds the metrics and whose
+// Retry-After the worker's backoff honours. providertest holds fakes of
+// both providers for tests.
 package generator
 
 import (
