@@ -28,6 +28,10 @@ const (
 	// comfyPollErrors is how many poll calls in a row may fail (transient)
 	// before Wait gives up on this attempt.
 	comfyPollErrors = 3
+	// comfyCallTimeout bounds one call to ComfyUI (a poll, a submission,
+	// an image) when the generator's timeout, which bounds the whole wait,
+	// is longer.
+	comfyCallTimeout = 60 * time.Second
 	// comfyClientID is the client_id of studio's prompts.
 	comfyClientID = "studio"
 )
@@ -63,6 +67,7 @@ type comfyUI struct {
 	inputs       map[string]comfyField
 	outputNode   string
 	pollInterval time.Duration
+	waitTimeout  time.Duration
 	prompt       promptTemplate
 	c            *caller
 }
@@ -134,6 +139,8 @@ func newComfyUI(o Options, s Spec) (*comfyUI, error) {
 	if g.c, err = newCaller(o, s, DefaultComfyTimeout); err != nil {
 		return nil, err
 	}
+	g.waitTimeout = g.c.timeout
+	g.c.timeout = min(g.c.timeout, comfyCallTimeout)
 	return g, nil
 }
 
@@ -351,7 +358,7 @@ func (g *comfyUI) fill(job Job) (jsontext.Value, error) {
 // Wait implements Generator: it polls the history every poll_interval
 // until the prompt is done, for at most the generator's timeout.
 func (g *comfyUI) Wait(ctx context.Context, ref string) error {
-	deadline := time.Now().Add(g.c.timeout)
+	deadline := time.Now().Add(g.waitTimeout)
 	empty, failures := 0, 0
 	for {
 		h, err := g.history(ctx, ref)
@@ -381,7 +388,7 @@ func (g *comfyUI) Wait(ctx context.Context, ref string) error {
 		}
 		if !time.Now().Before(deadline) {
 			return &ProviderError{Generator: g.id, Class: ClassTimeout,
-				Message: fmt.Sprintf("wait: prompt %s did not finish within %s (it stays queued; the next try waits for it again)", ref, g.c.timeout)}
+				Message: fmt.Sprintf("wait: prompt %s did not finish within %s (it stays queued; the next try waits for it again)", ref, g.waitTimeout)}
 		}
 		t := time.NewTimer(g.pollInterval)
 		select {

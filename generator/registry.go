@@ -54,8 +54,9 @@ type Spec struct {
 	// PromptTemplate is a Go text/template over PromptData; empty means
 	// the request's prompt.
 	PromptTemplate string `json:"prompt_template,omitzero"`
-	// Timeout bounds every call to the provider (and, for comfyui, one
-	// wait for a prompt to finish). Zero: the kind's default.
+	// Timeout bounds every call to the provider (openai), or one wait for
+	// a prompt to finish (comfyui, whose calls are bounded by the smaller
+	// of it and 60s). Zero: the kind's default.
 	Timeout Duration `json:"timeout,omitzero"`
 
 	// Model and Size are the openai kind's model and default image size.
