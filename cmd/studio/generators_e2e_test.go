@@ -181,9 +181,21 @@ func TestRemoteGeneratorsBatch(t *testing.T) {
 		t.Errorf("comfy submit calls = %v, want 4", n)
 	}
 
-	// The key is nowhere studio writes.
+	// The key is nowhere studio writes: logs, metrics, task errors, files.
 	if strings.Contains(f.api.logs.String(), fakeKey) || strings.Contains(f.api.stdout.String(), fakeKey) {
 		t.Fatal("the key is in the logs")
+	}
+	if !strings.Contains(f.api.logs.String(), `"api_key_env":"`+fakeKeyEnv+`"`) {
+		t.Fatal("no log line names the remote generators at start")
+	}
+	resp, err := http.Get("http://" + f.api.Addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if bytes.Contains(raw, []byte(fakeKey)) || !bytes.Contains(raw, []byte("studio_generator_call_duration_seconds")) {
+		t.Fatal("the metrics show the key, or have no generator calls")
 	}
 	filepath.Walk(f.data, func(p string, info os.FileInfo, err error) error {
 		if err != nil || info.IsDir() {
