@@ -481,7 +481,11 @@ func (g *comfyUI) Fetch(ctx context.Context, ref string) (Image, error) {
 		return Image{}, fmt.Errorf("fetch: %w", err)
 	}
 	im, _ := g.outputImage(ref, h)
-	body, err := g.get(ctx, "view", "/view", url.Values{"filename": {im.Filename}, "subfolder": {im.Subfolder}, "type": {im.Type}})
+	q := url.Values{"filename": {im.Filename}, "subfolder": {im.Subfolder}}
+	if im.Type != "" { // ComfyUI takes "output" when type is absent, not when empty
+		q.Set("type", im.Type)
+	}
+	body, err := g.get(ctx, "view", "/view", q)
 	if err != nil {
 		return Image{}, fmt.Errorf("fetch: %w", err)
 	}

@@ -167,7 +167,14 @@ func (g *openAI) Fetch(ctx context.Context, ref string) (Image, error) {
 	var img []byte
 	switch d := out.Data[0]; {
 	case d.B64JSON != "":
-		if img, err = base64.StdEncoding.DecodeString(d.B64JSON); err != nil {
+		// Some compatible servers answer a data: URL instead of bare base64.
+		b64 := d.B64JSON
+		if rest, ok := strings.CutPrefix(b64, "data:"); ok {
+			if _, after, ok := strings.Cut(rest, ";base64,"); ok {
+				b64 = after
+			}
+		}
+		if img, err = base64.StdEncoding.DecodeString(b64); err != nil {
 			return Image{}, g.c.protocolError("generate", "data[0].b64_json is not base64: %v", err)
 		}
 	case d.URL != "":

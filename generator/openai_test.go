@@ -3,7 +3,11 @@ package generator
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -352,5 +356,29 @@ func TestTaskSeed(t *testing.T) {
 	other.Key = "another-task"
 	if TaskSeed(other) != s {
 		t.Error("with a request seed, the task id changed the seed")
+	}
+}
+
+// TestOpenAICompatibleDataURL: a compatible server that answers b64_json
+// as a data: URL (some local servers do) still gives the image.
+func TestOpenAICompatibleDataURL(t *testing.T) {
+	t.Parallel()
+	png := providertest.OpenAIImage("m", "p", "32x16")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/images/generations" || r.Method != http.MethodPost {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"created":1,"data":[{"b64_json":"data:image/png;base64,%s"}]}`, base64.StdEncoding.EncodeToString(png))
+	}))
+	defer srv.Close()
+	g, err := NewWith(Options{}, Spec{ID: "local", Kind: KindOpenAI, BaseURL: srv.URL + "/v1", Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := run(t, g, baseJob())
+	if err != nil || !bytes.Equal(img.Bytes, png) || img.Width != 32 {
+		t.Fatalf("data URL: %v, %d bytes", err, len(img.Bytes))
 	}
 }

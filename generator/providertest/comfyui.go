@@ -403,14 +403,18 @@ func (f *ComfyUI) view(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	if t := q.Get("type"); t != "" && t != "output" && t != "input" && t != "temp" {
+	typ := "output" // server.py: request.rel_url.query.get("type", "output")
+	if q.Has("type") {
+		typ = q.Get("type")
+	}
+	if typ != "output" && typ != "input" && typ != "temp" {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
 	f.mu.Lock()
 	b, ok := f.images[name]
 	f.mu.Unlock()
-	if !ok || q.Get("type") != "output" {
+	if !ok || typ != "output" {
 		w.WriteHeader(http.StatusNotFound)
 		return
 	}
