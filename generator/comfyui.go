@@ -499,17 +499,19 @@ func (g *comfyUI) Fetch(ctx context.Context, ref string) (Image, error) {
 func comfyErrorMessage(body []byte) (string, string) {
 	var e struct {
 		Error      jsontext.Value `json:"error"`
-		NodeErrors map[string]struct {
-			ClassType string `json:"class_type"`
-			Errors    []struct {
-				Message string `json:"message"`
-				Details string `json:"details"`
-			} `json:"errors"`
-		} `json:"node_errors"`
+		NodeErrors jsontext.Value `json:"node_errors"` // an object, or [] when there are none
 	}
 	if json.Unmarshal(body, &e) != nil || len(e.Error) == 0 {
 		return plainMessage(body), ""
 	}
+	var nodeErrors map[string]struct {
+		ClassType string `json:"class_type"`
+		Errors    []struct {
+			Message string `json:"message"`
+			Details string `json:"details"`
+		} `json:"errors"`
+	}
+	json.Unmarshal(e.NodeErrors, &nodeErrors)
 	var parts []string
 	var obj struct {
 		Type    string `json:"type"`
@@ -523,13 +525,13 @@ func comfyErrorMessage(body []byte) (string, string) {
 	case json.Unmarshal(e.Error, &text) == nil:
 		parts = append(parts, text)
 	}
-	ids := make([]string, 0, len(e.NodeErrors))
-	for id := range e.NodeErrors {
+	ids := make([]string, 0, len(nodeErrors))
+	for id := range nodeErrors {
 		ids = append(ids, id)
 	}
 	slices.SortFunc(ids, compareNodeIDs)
 	for _, id := range ids {
-		ne := e.NodeErrors[id]
+		ne := nodeErrors[id]
 		for _, x := range ne.Errors {
 			parts = append(parts, fmt.Sprintf("node %s (%s): %s", id, ne.ClassType, strings.Join(nonEmpty(x.Message, x.Details), ": ")))
 		}

@@ -253,3 +253,31 @@ func TestComfyUISpecChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestProviderErrorMessages(t *testing.T) {
+	t.Parallel()
+	comfy := map[string]string{
+		`{"error": "no prompt", "node_errors": []}`: "no prompt",
+		`{"error": {"type": "prompt_no_outputs", "message": "Prompt has no outputs", "details": "", "extra_info": {}}, "node_errors": []}`: "Prompt has no outputs",
+		`{"error": {"type": "prompt_outputs_failed_validation", "message": "Prompt outputs failed validation", "details": "Value not in list: ckpt_name: 'x' not in []"},
+		  "node_errors": {"10": {"class_type": "KSampler", "errors": [{"message": "m10", "details": "d10"}]},
+		                  "4": {"class_type": "CheckpointLoaderSimple", "errors": [{"message": "Value not in list", "details": "ckpt_name: 'x' not in []"}]}}}`: "Prompt outputs failed validation: Value not in list: ckpt_name: 'x' not in []; node 4 (CheckpointLoaderSimple): Value not in list: ckpt_name: 'x' not in []; node 10 (KSampler): m10: d10",
+		`Internal Server Error`:         "Internal Server Error",
+		`<html><body>502</body></html>`: "",
+	}
+	for body, want := range comfy {
+		if got, _ := comfyErrorMessage([]byte(body)); got != want {
+			t.Errorf("comfy %s:\n got %q\nwant %q", body, got, want)
+		}
+	}
+	oa := map[string][2]string{
+		`{"error": {"message": "Rate limit reached", "type": "requests", "param": null, "code": "rate_limit_exceeded"}}`:       {"Rate limit reached", "rate_limit_exceeded"},
+		`{"error": {"message": "You exceeded your current quota", "type": "insufficient_quota", "param": null, "code": null}}`: {"You exceeded your current quota", "insufficient_quota"},
+		`upstream connect error`: {"upstream connect error", ""},
+	}
+	for body, want := range oa {
+		if msg, code := openAIErrorMessage([]byte(body)); msg != want[0] || code != want[1] {
+			t.Errorf("openai %s: %q %q, want %q", body, msg, code, want)
+		}
+	}
+}
