@@ -390,7 +390,11 @@ func (g *comfyUI) Wait(ctx context.Context, ref string) error {
 			return &ProviderError{Generator: g.id, Class: ClassTimeout,
 				Message: fmt.Sprintf("wait: prompt %s did not finish within %s (it stays queued; the next try waits for it again)", ref, g.waitTimeout)}
 		}
-		t := time.NewTimer(g.pollInterval)
+		pause := g.pollInterval
+		if d, ok := RetryAfter(err); ok {
+			pause = max(pause, d) // a poll answered 429 or 503 with Retry-After
+		}
+		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
 			t.Stop()
