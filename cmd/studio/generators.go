@@ -2,26 +2,26 @@ package main
 
 import "studio/generator"
 
-// generators builds the catalog's generators, the remote ones reporting
-// their provider calls to the metrics, and logs the remote ones.
-func (m *Main) generators(d *deps) (*generator.Registry, error) {
-	specs := d.catalog.Specs()
+// generatorOptions are what the catalog's generators are built with: the
+// remote ones report their provider calls to the metrics. It logs each
+// remote generator (the name of its key variable, never the key).
+func (m *Main) generatorOptions(d *deps) generator.Options {
 	var remote []string
-	for _, s := range specs {
+	for _, s := range d.catalog.Specs() {
 		if s.Kind != generator.KindEmbedded {
 			remote = append(remote, s.ID)
-			// The key variable's name only: its value is a secret.
 			m.Logger.Info("remote generator", "generator", s.ID, "kind", s.Kind, "base_url", s.BaseURL,
 				"model", s.Model, "workflow", s.Workflow, "api_key_env", s.APIKeyEnv)
 		}
 	}
 	var opts generator.Options
 	if d.metrics != nil {
-		gm, err := d.metrics.Generators(remote, generator.ErrorClasses())
-		if err != nil {
-			return nil, err
+		// Registered once per process: startWorkers runs once.
+		if gm, err := d.metrics.Generators(remote, generator.ErrorClasses()); err == nil {
+			opts.Observe = gm.Call
+		} else {
+			m.Logger.Warn("generator metrics not registered", "err", err)
 		}
-		opts.Observe = gm.Call
 	}
-	return generator.NewRegistryWith(opts, specs...)
+	return opts
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"studio/generator"
 	"studio/metrics"
 	"studio/worker"
 )
@@ -23,7 +24,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	reg, err := m.generators(d)
+	reg, err := generator.NewRegistryWith(m.generatorOptions(d), d.catalog.Specs()...)
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
 	}
