@@ -2,12 +2,13 @@ package main
 
 import "studio/generator"
 
-// generatorOptions are what the catalog's generators are built with: the
-// remote ones report their provider calls to the metrics. It logs each
-// remote generator (the name of its key variable, never the key).
-func (m *Main) generatorOptions(d *deps) generator.Options {
+// generators builds the catalog's generators, the remote ones reporting
+// their provider calls to the metrics, and logs each remote generator
+// (the name of its key variable, never the key).
+func (m *Main) generators(d *deps) (*generator.Registry, error) {
+	specs := d.catalog.Specs()
 	var remote []string
-	for _, s := range d.catalog.Specs() {
+	for _, s := range specs {
 		if s.Kind != generator.KindEmbedded {
 			remote = append(remote, s.ID)
 			m.Logger.Info("remote generator", "generator", s.ID, "kind", s.Kind, "base_url", s.BaseURL,
@@ -16,12 +17,11 @@ func (m *Main) generatorOptions(d *deps) generator.Options {
 	}
 	var opts generator.Options
 	if d.metrics != nil {
-		// Registered once per process: startWorkers runs once.
-		if gm, err := d.metrics.Generators(remote, generator.ErrorClasses()); err == nil {
-			opts.Observe = gm.Call
-		} else {
-			m.Logger.Warn("generator metrics not registered", "err", err)
+		gm, err := d.metrics.Generators(remote, generator.ErrorClasses())
+		if err != nil {
+			return nil, err
 		}
+		opts.Observe = gm.Call
 	}
-	return opts
+	return generator.NewRegistryWith(opts, specs...)
 }
