@@ -391,7 +391,9 @@ func TestSubmitKilledThenRerun(t *testing.T) {
 // from `studio serve --workers 0` while a separate `studio worker` process
 // drains it; the stream is dropped in the middle and resumed with
 // Last-Event-ID. Every task's changes arrive once, in order, ending
-// succeeded, and the stream ends with done. On SQLite, and on PostgreSQL
+// succeeded, and the stream ends with done. (Which intermediate states a
+// client sees depends on timing: a task may go from queued to succeeded
+// between two reads, and is then sent once, succeeded.) On SQLite, and on PostgreSQL
 // when STUDIO_TEST_POSTGRES_URL is set.
 func TestEventsWhileWorkerProcessDrains(t *testing.T) {
 	t.Parallel()
@@ -418,7 +420,7 @@ func TestEventsWhileWorkerProcessDrains(t *testing.T) {
 				frames[i] = fmt.Sprintf("f%02d", i)
 			}
 			created, err := c.CreateGeneration(ctx, apiclient.GenerationRequest{Prompt: "events", Providers: []string{"sketch"},
-				Sets: []apiclient.FrameSet{{Collection: "c", Frames: frames}}, Params: json.RawMessage(`{"delay_ms": 30, "width": 16, "height": 16}`)})
+				Sets: []apiclient.FrameSet{{Collection: "c", Frames: frames}}, Params: json.RawMessage(`{"delay_ms": 200, "width": 16, "height": 16}`)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -469,15 +471,10 @@ func TestEventsWhileWorkerProcessDrains(t *testing.T) {
 			if len(seen) != 10 {
 				t.Fatalf("%d tasks seen, want 10", len(seen))
 			}
-			sawRunning := false
 			for id, vs := range seen {
 				if vs[len(vs)-1] != "succeeded/1" {
 					t.Fatalf("task %s: %v", id, vs)
 				}
-				sawRunning = sawRunning || vs[0] == "running/1"
-			}
-			if !sawRunning {
-				t.Fatalf("no task was seen running: %v", seen)
 			}
 		})
 	}

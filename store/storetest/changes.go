@@ -1,9 +1,11 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"studio/intent"
 	"studio/store"
@@ -17,6 +19,25 @@ func changes(t *testing.T, s store.Store, actor, batchID string, since, until in
 		t.Fatalf("BatchChanges: %v", err)
 	}
 	return c
+}
+
+// settled reads a batch's changes after since once none is pending: on
+// PostgreSQL a change is handed out only once every older transaction in
+// the database has ended, and other work (other tests) may hold one open
+// for a while.
+func settled(t *testing.T, s store.Store, actor, batchID string, since int64) store.Changes {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c := changes(t, s, actor, batchID, since, 0)
+		if !c.Pending {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("changes of %s still pending after a minute", batchID)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // changedIDs are the ids of the tasks of c, with their states.
@@ -48,7 +69,7 @@ func testBatchChanges(t *testing.T, h Harness) {
 	if len(cs) != 2 {
 		t.Fatalf("claimed %d, want 2", len(cs))
 	}
-	afterClaim := changes(t, s, "alice", id, start.Position, 0)
+	afterClaim := settled(t, s, "alice", id, start.Position)
 	got := changedIDs(afterClaim)
 	if len(got) != 2 || got[cs[0].TaskID] != intent.StateRunning || got[cs[1].TaskID] != intent.StateRunning {
 		t.Fatalf("after the claim read %v, want the 2 claimed tasks running", got)
@@ -67,7 +88,7 @@ func testBatchChanges(t *testing.T, h Harness) {
 	if err := saveStep(t, s, cs[0].Lease, "render", "ref"); err != nil {
 		t.Fatal(err)
 	}
-	if c := changes(t, s, "alice", id, p1, 0); len(c.Tasks) != 0 {
+	if c := settled(t, s, "alice", id, p1); len(c.Tasks) != 0 {
 		t.Fatalf("a saved step read as %d changes", len(c.Tasks))
 	}
 
@@ -78,7 +99,7 @@ func testBatchChanges(t *testing.T, h Harness) {
 	if err != nil || st != intent.StateFailed {
 		t.Fatalf("FailTask = %q, %v", st, err)
 	}
-	afterEnd := changes(t, s, "alice", id, p1, 0)
+	afterEnd := settled(t, s, "alice", id, p1)
 	got = changedIDs(afterEnd)
 	if len(got) != 2 || got[cs[0].TaskID] != intent.StateSucceeded || got[cs[1].TaskID] != intent.StateFailed {
 		t.Fatalf("after complete and fail read %v", got)
@@ -106,7 +127,7 @@ func testBatchChanges(t *testing.T, h Harness) {
 	if _, err := s.CancelBatch(ctx(t), "alice", id); err != nil {
 		t.Fatal(err)
 	}
-	final := changes(t, s, "alice", id, p2, 0)
+	final := settled(t, s, "alice", id, p2)
 	got = changedIDs(final)
 	if len(got) != 2 || final.Batch.State != intent.StateFailed && final.Batch.State != intent.StateCanceled {
 		t.Fatalf("after cancel read %v, batch %s", got, final.Batch.State)
@@ -116,11 +137,8 @@ func testBatchChanges(t *testing.T, h Harness) {
 			t.Fatalf("task %s read %s after the cancel", tid, st)
 		}
 	}
-	if final.Pending {
-		t.Fatalf("nothing is being written, yet changes are pending")
-	}
 	// From the start, every task once, as it stands.
-	all := changes(t, s, "alice", id, start.Position, 0)
+	all := settled(t, s, "alice", id, start.Position)
 	if len(all.Tasks) != 4 {
 		t.Fatalf("from the start read %d tasks, want 4", len(all.Tasks))
 	}
@@ -261,4 +279,112 @@ func testListPublications(t *testing.T, h Harness) {
 	if err != nil || len(other) != 0 {
 		t.Fatalf("bob's publications: %v, %v", other, err)
 	}
+}
+
+// testChangesEveryPath moves tasks by every path a task's state, attempts,
+// asset or error can move (claims, expired leases reclaimed, failed or
+// canceled, steps and completions of a canceled batch, failures, releases,
+// the cancel sweep) and reads, after each, that exactly the task moved is
+// read as changed, as it stands.
+func testChangesEveryPath(t *testing.T, h Harness) {
+	s := h.New(t)
+	in := Intent(t, "alice", "paths", "fp", 8)
+	mustCreate(t, s, in)
+	id := in.Batch.ID
+	pos := changes(t, s, "alice", id, -1, 0).Position
+	expect := func(what string, taskIDs ...string) {
+		t.Helper()
+		c := settled(t, s, "alice", id, pos)
+		got := changedIDs(c)
+		if len(got) != len(taskIDs) {
+			t.Fatalf("%s: read %v, want the tasks %v", what, got, taskIDs)
+		}
+		for _, tid := range taskIDs {
+			now := task(t, s, "alice", id, tid)
+			var read intent.Task
+			for _, tk := range c.Tasks {
+				if tk.ID == tid {
+					read = tk
+				}
+			}
+			if read.ID == "" || read.State != now.State || read.Attempts != now.Attempts {
+				t.Fatalf("%s: read %+v, the task is %+v", what, read, now)
+			}
+		}
+		pos = c.Position
+	}
+	const short = 20 * time.Millisecond
+	cs := claim(t, s, "w1", 7, longTTL)
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.TaskID
+	}
+	expect("claim", ids...)
+
+	// An expired lease, claimed again: attempts 2.
+	if _, err := s.RenewLeases(ctx(t), store.RenewParams{Owner: "w1", Leases: []store.Lease{cs[0].Lease}, TTL: short}); err != nil {
+		t.Fatal(err)
+	}
+	expect("renewal") // nothing
+	sleepPast(short)
+	again := claimUntil(t, s, "w2", cs[0].TaskID, store.ClaimParams{TTL: longTTL})
+	expect("reclaim", cs[0].TaskID)
+	// An expired lease out of attempts: failed.
+	if _, err := s.RenewLeases(ctx(t), store.RenewParams{Owner: "w2", Leases: []store.Lease{again.Lease}, TTL: short}); err != nil {
+		t.Fatal(err)
+	}
+	sleepPast(short)
+	deadline := time.Now().Add(30 * time.Second)
+	for task(t, s, "alice", id, cs[0].TaskID).State == intent.StateRunning {
+		if time.Now().After(deadline) {
+			t.Fatal("the expired task never failed")
+		}
+		// The 8th task, once; then the expired one, out of attempts.
+		if _, err := s.ClaimTasks(ctx(t), store.ClaimParams{Owner: "w3", Limit: 1, TTL: longTTL, MaxAttempts: 2}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	expect("expired, out of attempts", cs[0].TaskID, in.Batch.Tasks[7].ID)
+
+	// A transient failure: queued again, with its error; a release.
+	if st, err := s.FailTask(ctx(t), store.Failure{Lease: cs[1].Lease, Error: "busy", Backoff: time.Hour}); err != nil || st != intent.StateQueued {
+		t.Fatalf("FailTask: %q %v", st, err)
+	}
+	if errs, err := s.ReleaseTasks(ctx(t), []store.Lease{cs[2].Lease}); err != nil || errs[0] != nil {
+		t.Fatalf("ReleaseTasks: %v %v", errs, err)
+	}
+	expect("failure and release", cs[1].TaskID, cs[2].TaskID)
+
+	// The cancel sweep: the queued ones (cs[1] waits out its backoff,
+	// cs[2] was released).
+	if _, err := s.CancelBatch(ctx(t), "alice", id); err != nil {
+		t.Fatal(err)
+	}
+	expect("cancel", cs[1].TaskID, cs[2].TaskID)
+	if err := saveStep(t, s, cs[3].Lease, "submitted", "r"); !errors.Is(err, store.ErrTaskCanceled) {
+		t.Fatalf("step after cancel: %v", err)
+	}
+	expect("step of a canceled batch", cs[3].TaskID)
+	if r := complete(t, s, cs[4]); !errors.Is(r.Err, store.ErrTaskCanceled) {
+		t.Fatalf("completion after cancel: %+v", r)
+	}
+	expect("completion of a canceled batch", cs[4].TaskID)
+	if _, err := s.RenewLeases(ctx(t), store.RenewParams{Owner: "w1", Leases: []store.Lease{cs[5].Lease}, TTL: short}); err != nil {
+		t.Fatal(err)
+	}
+	sleepPast(short)
+	deadline = time.Now().Add(30 * time.Second)
+	for task(t, s, "alice", id, cs[5].TaskID).State == intent.StateRunning {
+		if time.Now().After(deadline) {
+			t.Fatal("the expired task of a canceled batch was never canceled")
+		}
+		claim(t, s, "w3", 1, longTTL)
+		time.Sleep(5 * time.Millisecond)
+	}
+	expect("expired lease of a canceled batch", cs[5].TaskID)
+	if st, err := s.FailTask(ctx(t), store.Failure{Lease: cs[6].Lease, Error: "late"}); err != nil || st != intent.StateCanceled {
+		t.Fatalf("FailTask after cancel: %q %v", st, err)
+	}
+	expect("failure of a canceled batch", cs[6].TaskID)
 }

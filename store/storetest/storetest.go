@@ -73,6 +73,7 @@ func Run(t *testing.T, h Harness) {
 		{"RacingItemClaimsNeverShareAnItem", testRacingItemClaims},
 		{"BatchChanges", testBatchChanges},
 		{"BatchChangesUnderChurn", testChangesUnderChurn},
+		{"BatchChangesEveryPath", testChangesEveryPath},
 		{"ListPublications", testListPublications},
 	}
 	for _, tc := range tests {
