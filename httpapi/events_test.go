@@ -152,7 +152,7 @@ func TestBatchEventsFollowChanges(t *testing.T) {
 		t.Fatalf("first event data\n%s\nwant GET's\n%s", first.data, want)
 	}
 	// Nothing happens: a heartbeat comes, then the claim's events.
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(600 * time.Millisecond) // heartbeats every 100ms
 	cs := claimAll(t, h.store, 2)
 	running := map[string]bool{}
 	ev := st.must("task")

@@ -181,7 +181,7 @@ func TestSubmissionsThroughFaults(t *testing.T) {
 	t.Parallel()
 	api, _, token := serveForClients(t, "0")
 	proxy, front := newFaultProxy(t, "http://"+api.Addr, uint64(time.Now().UnixNano()), 5)
-	c := mustClient(t, front, token, apiclient.Retry{Attempts: 6, Base: time.Millisecond, Max: 10 * time.Millisecond, AttemptTimeout: 30 * time.Second})
+	c := mustClient(t, front, token, apiclient.Retry{Attempts: 10, Base: time.Millisecond, Max: 10 * time.Millisecond, AttemptTimeout: 30 * time.Second})
 	const n, g = 48, 8
 	var mu sync.Mutex
 	answers := map[string]string{} // batch id -> request id
