@@ -324,6 +324,9 @@ func submit(ctx context.Context, f clientFlags, file string, fresh, wait bool, d
 	}
 	res, err := c.CreateGenerationJSON(ctx, body, requestID)
 	if err != nil {
+		if ctx.Err() != nil {
+			return &cliError{exitTasksFailed, fmt.Errorf("interrupted before the answer; run the same command again: it answers the batch if one was made (request id %s)", requestID)}
+		}
 		return err
 	}
 	b := res.Record
@@ -419,6 +422,9 @@ func follow(ctx context.Context, c *apiclient.Client, id string, stderr io.Write
 	p := newWaitProgress(stderr, isTerminal(stderr))
 	b, err := c.WaitBatch(ctx, id, apiclient.WaitOptions{OnProgress: p.update})
 	p.finish()
+	if err != nil && ctx.Err() != nil {
+		return nil, &cliError{exitTasksFailed, fmt.Errorf("interrupted; batch %s goes on (follow it again: studio wait %s)", id, id)}
+	}
 	return b, err
 }
 
