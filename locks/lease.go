@@ -9,12 +9,17 @@ import (
 // Lease is a held key, given to fn for as long as fn runs. Its methods are
 // safe for concurrent use.
 type Lease struct {
-	key   string
-	owner string
-	fence int64
-	t     target
-	ttl   time.Duration
-	base  context.Context // the hold's context without its cancel: values for store calls
+	key      string
+	owner    string // in ownerBuf, for the first ask
+	ownerBuf [48]byte
+	fence    int64
+	t        target
+	ttl      time.Duration
+	q        *queue // the key's queue in the engine, from enter to release
+
+	ctx    context.Context         // fn's, and the acquisitions'
+	cancel context.CancelCauseFunc // ends ctx
+	calls  storeCtx                // for renewals and releases
 
 	// The rest is the engine's, under its mutex.
 
@@ -23,11 +28,9 @@ type Lease struct {
 	// TTL. The store started counting no earlier, so its own expiry is not
 	// before this.
 	expires time.Time
-	cancel  context.CancelCauseFunc // ends fn's context
-	q       *queue
-	qk      queueKey
 
-	prev, next *Lease // in the engine's list of running leases
+	prev, next *Lease // in the engine's list of leases
+	linked     bool
 
 	due      time.Time // of the next renewal
 	idx      int       // in the engine's renewal heap; -1 when not in it
@@ -140,7 +143,7 @@ func (e *Engine) renew(l *Lease) {
 		e.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithDeadline(l.base, l.expires)
+	ctx, cancel := context.WithDeadline(&l.calls, l.expires)
 	l.cancelOp = cancel
 	e.mu.Unlock()
 
