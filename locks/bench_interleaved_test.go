@@ -26,13 +26,14 @@ func threadCPU() time.Duration {
 }
 
 // BenchmarkHoldInterleaved times an uncontended memory-store Hold of a
-// no-op fn and its floor, a sync.Mutex Lock and Unlock, in alternating
+// no-op fn, a Semaphore(4).Hold, and the floor, a sync.Mutex Lock and
+// Unlock, in alternating
 // batches of 2000 in one goroutine locked to its thread: on a loaded
 // machine both see the same load. Reported per operation, the medians over
 // the batches: wall-ns (wall clock) and cpu-ns (this thread's CPU time,
 // which leaves out the time the thread waited for a core, and the garbage
-// collector's background work on other threads), for Hold and for the
-// floor. One op is one batch pair.
+// collector's background work on other threads). One op is one round of
+// the three batches.
 func BenchmarkHoldInterleaved(b *testing.B) {
 	const batch = 2000
 	runtime.LockOSThread()
@@ -41,8 +42,9 @@ func BenchmarkHoldInterleaved(b *testing.B) {
 	noop := func(context.Context, *locks.Lease) error { return nil }
 	e := locks.New(locks.NewMemoryStore())
 	defer e.Close()
+	sem := e.Semaphore(4)
 	var mu sync.Mutex
-	var holdWall, holdCPU, floorWall, floorCPU []float64
+	var holdWall, holdCPU, semWall, semCPU, floorWall, floorCPU []float64
 	measure := func(fn func()) (wall, cpu float64) {
 		c0, t0 := threadCPU(), time.Now()
 		for range batch {
@@ -58,6 +60,12 @@ func BenchmarkHoldInterleaved(b *testing.B) {
 		})
 		holdWall, holdCPU = append(holdWall, w), append(holdCPU, c)
 		w, c = measure(func() {
+			if err := sem.Hold(ctx, "k", noop); err != nil {
+				b.Fatal(err)
+			}
+		})
+		semWall, semCPU = append(semWall, w), append(semCPU, c)
+		w, c = measure(func() {
 			mu.Lock()
 			mu.Unlock() //nolint:staticcheck // the empty section is the point
 		})
@@ -66,6 +74,8 @@ func BenchmarkHoldInterleaved(b *testing.B) {
 	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
 	b.ReportMetric(median(holdWall), "hold-wall-ns")
 	b.ReportMetric(median(holdCPU), "hold-cpu-ns")
+	b.ReportMetric(median(semWall), "sem-wall-ns")
+	b.ReportMetric(median(semCPU), "sem-cpu-ns")
 	b.ReportMetric(median(floorWall), "mutex-wall-ns")
 	b.ReportMetric(median(floorCPU), "mutex-cpu-ns")
 }

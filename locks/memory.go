@@ -153,11 +153,11 @@ func (m *MemoryStore) AcquireSlot(ctx context.Context, key, owner string, limit 
 		return 0, false, fmt.Errorf("acquire slot: %w", err)
 	}
 	if held == nil {
+		m.sweep(now) // before the new map, which is empty
 		held = make(map[string]memLease)
 		m.slots[key] = held
 	}
 	held[owner] = memLease{owner: owner, fence: f, expires: now.Add(ttl), limit: limit}
-	m.sweep(now)
 	return f, true, nil
 }
 
@@ -190,10 +190,7 @@ func (m *MemoryStore) ReleaseSlot(ctx context.Context, key, owner string) (bool,
 	if !ok {
 		return false, nil
 	}
-	delete(held, owner)
-	if len(held) == 0 {
-		delete(m.slots, key)
-	}
+	delete(held, owner) // an empty map stays for the key's next holder, until a sweep
 	return cur.live(m.now()), nil
 }
 
@@ -258,7 +255,8 @@ func (m *MemoryStore) sweep(now time.Time) {
 	}
 }
 
-// len reports how many live leases the store keeps, for tests.
+// len reports how many locks and semaphore keys have live leases, for
+// tests.
 func (m *MemoryStore) len() (locks, slots int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -268,5 +266,13 @@ func (m *MemoryStore) len() (locks, slots int) {
 			locks++
 		}
 	}
-	return locks, len(m.slots)
+	for _, held := range m.slots {
+		for _, s := range held {
+			if s.live(now) {
+				slots++
+				break
+			}
+		}
+	}
+	return locks, slots
 }
