@@ -256,7 +256,7 @@ func (e *Engine) hold(ctx context.Context, t target, key string, fn func(context
 // also carries the store calls that acquire it, so that Close cancels
 // them) and its first owner.
 func (e *Engine) newLease(ctx context.Context, t target, key string, ttl time.Duration) *Lease {
-	l := &Lease{key: key, t: t, ttl: ttl, idx: -1}
+	l := &Lease{key: key, t: t, ttl: ttl, idx: -1, e: e}
 	l.ctx, l.cancel = context.WithCancelCause(ctx)
 	base := ctx
 	if ctx.Done() != nil {

@@ -15,7 +15,8 @@ type Lease struct {
 	fence    int64
 	t        target
 	ttl      time.Duration
-	q        *queue // the key's queue in the engine, from enter to release
+	q        *queue  // the key's queue in the engine, from enter to release
+	e        *Engine // for Expires
 
 	ctx    context.Context         // fn's, and the acquisitions'
 	cancel context.CancelCauseFunc // ends ctx
@@ -53,6 +54,17 @@ func (l *Lease) Key() string { return l.key }
 // noticing in time) is then refused instead of overwriting the work of the
 // next holder.
 func (l *Lease) Fence() int64 { return l.fence }
+
+// Expires returns when the lease ends at the latest unless renewed, by
+// this process's clock: when the last successful acquisition or renewal
+// was sent, plus the TTL. The store started counting no earlier, so its
+// own expiry (Inspect's Holder.Expires, by the store's clock) is not
+// before it. It moves on with each renewal while fn runs.
+func (l *Lease) Expires() time.Time {
+	l.e.mu.Lock()
+	defer l.e.mu.Unlock()
+	return l.expires
+}
 
 // Renewals. The engine keeps its running leases in a heap by the time of
 // their next renewal and one timer for the earliest; the timer's callback
