@@ -17,6 +17,8 @@ var statusOf = map[string]int{
 	intent.EUnauthorized:     http.StatusUnauthorized,
 	intent.ENotFound:         http.StatusNotFound,
 	intent.EConflict:         http.StatusConflict,
+	intent.EGone:             http.StatusGone,
+	intent.ELocked:           http.StatusLocked,
 	intent.ETooLarge:         http.StatusRequestEntityTooLarge,
 	intent.EUnsupportedMedia: http.StatusUnsupportedMediaType,
 	intent.EUnprocessable:    http.StatusUnprocessableEntity,
