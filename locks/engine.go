@@ -62,7 +62,7 @@ func New(store Store, opts ...Option) *Engine {
 // ErrRelease. A panic in fn releases the key and goes on up. Waiting ends
 // with a *TimeoutError (Wait option), ErrClosed, or ctx's cause.
 func (e *Engine) Hold(ctx context.Context, key string, fn func(ctx context.Context, l *Lease) error, opts ...Option) error {
-	_, err := e.hold(ctx, target{}, key, fn, opts, false)
+	_, err := e.hold(ctx, target{}, key, fn, e.defaults, opts, false)
 	return err
 }
 
@@ -70,7 +70,7 @@ func (e *Engine) Hold(ctx context.Context, key string, fn func(ctx context.Conte
 // waiter of this engine queued for it. It reports whether fn ran; err is as
 // Hold's when it ran, or the store's error when asking failed.
 func (e *Engine) TryHold(ctx context.Context, key string, fn func(ctx context.Context, l *Lease) error, opts ...Option) (ran bool, err error) {
-	return e.hold(ctx, target{}, key, fn, opts, true)
+	return e.hold(ctx, target{}, key, fn, e.defaults, opts, true)
 }
 
 // Close ends the engine: every waiter returns ErrClosed, every running fn's
@@ -95,10 +95,6 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	return nil
 }
-
-// ErrRelease wraps a failure to release a lease after fn returned. The key
-// stays taken until the lease's TTL runs out; fn's own result is unchanged.
-var ErrRelease = errors.New("locks: release failed")
 
 // target is what a hold takes: a lock (limit 0) or a slot of a semaphore.
 type target struct{ limit int }
@@ -176,16 +172,13 @@ func (e *Engine) enter() bool {
 	return true
 }
 
-func (e *Engine) hold(ctx context.Context, t target, key string, fn func(context.Context, *Lease) error, opts []Option, try bool) (bool, error) {
-	s := e.defaults.with(opts)
+func (e *Engine) hold(ctx context.Context, t target, key string, fn func(context.Context, *Lease) error, base settings, opts []Option, try bool) (bool, error) {
+	s := base.with(opts)
 	if s.err != nil {
 		return false, fmt.Errorf("locks: hold: %w", s.err)
 	}
 	if err := CheckKey(key); err != nil {
 		return false, fmt.Errorf("locks: hold: %w", err)
-	}
-	if t.limit < 0 {
-		return false, fmt.Errorf("locks: hold: %w: semaphore limit %d", ErrInvalid, t.limit)
 	}
 	if fn == nil {
 		return false, fmt.Errorf("locks: hold: %w: nil fn", ErrInvalid)

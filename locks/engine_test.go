@@ -800,7 +800,6 @@ func TestInvalidArguments(t *testing.T) {
 		{"zero MaxHold", func() error { return e.Hold(t.Context(), "k", noop, MaxHold(0)) }},
 		{"bad PollInterval", func() error { return e.Hold(t.Context(), "k", noop, PollInterval(10, 5)) }},
 		{"nil fn", func() error { return e.Hold(t.Context(), "k", nil) }},
-		{"semaphore limit 0", func() error { return e.Semaphore(0).Hold(t.Context(), "k", noop) }},
 		{"engine default", func() error { return New(m, TTL(0)).Hold(t.Context(), "k", noop) }},
 	}
 	for _, tc := range cases {

@@ -1,8 +1,10 @@
 package locks
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -31,6 +33,7 @@ type memLease struct {
 	owner   string
 	fence   int64
 	expires time.Time
+	limit   int // of a semaphore slot
 }
 
 // live reports whether the lease is held at now.
@@ -128,6 +131,12 @@ func (m *MemoryStore) AcquireSlot(ctx context.Context, key, owner string, limit 
 			delete(held, o)
 		}
 	}
+	for _, s := range held {
+		if s.limit != limit {
+			return 0, false, fmt.Errorf("acquire slot: %w: %q is held under limit %d, asked %d", ErrLimitConflict, key, s.limit, limit)
+		}
+		break
+	}
 	if len(held) >= limit {
 		return 0, false, nil
 	}
@@ -142,7 +151,7 @@ func (m *MemoryStore) AcquireSlot(ctx context.Context, key, owner string, limit 
 		held = make(map[string]memLease)
 		m.slots[key] = held
 	}
-	held[owner] = memLease{owner: owner, fence: f, expires: now.Add(ttl)}
+	held[owner] = memLease{owner: owner, fence: f, expires: now.Add(ttl), limit: limit}
 	m.sweep(now)
 	return f, true, nil
 }
@@ -181,6 +190,40 @@ func (m *MemoryStore) ReleaseSlot(ctx context.Context, key, owner string) (bool,
 		delete(m.slots, key)
 	}
 	return cur.live(m.now()), nil
+}
+
+// Inspect implements Store.
+func (m *MemoryStore) Inspect(ctx context.Context, key string) (KeyState, error) {
+	if err := ctx.Err(); err != nil {
+		return KeyState{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	st := KeyState{Now: now}
+	if cur, ok := m.locks[key]; ok && cur.live(now) {
+		st.Holders = []Holder{{Fence: cur.fence, Expires: cur.expires, Left: cur.expires.Sub(now)}}
+	}
+	return st, nil
+}
+
+// InspectSlots implements Store.
+func (m *MemoryStore) InspectSlots(ctx context.Context, key string) (KeyState, error) {
+	if err := ctx.Err(); err != nil {
+		return KeyState{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	st := KeyState{Now: now}
+	for _, s := range m.slots[key] {
+		if s.live(now) {
+			st.Holders = append(st.Holders, Holder{Fence: s.fence, Expires: s.expires, Left: s.expires.Sub(now)})
+			st.Limit = s.limit
+		}
+	}
+	slices.SortFunc(st.Holders, func(a, b Holder) int { return cmp.Compare(a.Fence, b.Fence) })
+	return st, nil
 }
 
 // sweep drops expired leases once the maps have doubled since the last

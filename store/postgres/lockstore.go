@@ -54,6 +54,7 @@ type pgxQuerier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // NewLockStore returns the lock store of s, on s's pool.
@@ -92,6 +93,13 @@ RETURNING fence`
 WHERE key = $1 AND owner = $2 AND expires_at > now.t`
 	releaseSlotSQL = `DELETE FROM lock_slots USING ` + nowSQL(3) + `
 WHERE key = $1 AND owner = $2 RETURNING expires_at > now.t`
+
+	// One row at least: the statement's time, then each live lease (NULLs
+	// when there is none).
+	inspectSQL = `SELECT now.t, l.fence, l.expires_at, 0 FROM ` + nowSQL(2) + `
+LEFT JOIN locks l ON l.key = $1 AND l.expires_at > now.t`
+	inspectSlotsSQL = `SELECT now.t, l.fence, l.expires_at, 0 FROM ` + nowSQL(2) + `
+LEFT JOIN lock_slots l ON l.key = $1 AND l.expires_at > now.t ORDER BY l.fence`
 
 	sweepSQL = []string{
 		`DELETE FROM locks WHERE key IN (SELECT key FROM locks, ` + nowSQL(1) + `
@@ -209,6 +217,50 @@ func (s *LockStore) release(ctx context.Context, op, query, key, owner string) (
 		return false, fmt.Errorf("%s: %w", op, interpretLock(err))
 	}
 	return live, nil
+}
+
+// Inspect implements locks.Store.
+func (s *LockStore) Inspect(ctx context.Context, key string) (locks.KeyState, error) {
+	st, err := s.inspect(ctx, inspectSQL, key)
+	if err != nil {
+		return st, fmt.Errorf("inspect lock: %w", err)
+	}
+	return st, nil
+}
+
+// InspectSlots implements locks.Store.
+func (s *LockStore) InspectSlots(ctx context.Context, key string) (locks.KeyState, error) {
+	st, err := s.inspect(ctx, inspectSlotsSQL, key)
+	if err != nil {
+		return st, fmt.Errorf("inspect slots: %w", err)
+	}
+	return st, nil
+}
+
+func (s *LockStore) inspect(ctx context.Context, query, key string) (locks.KeyState, error) {
+	var st locks.KeyState
+	rows, err := s.pool.Query(ctx, query, []byte(key), s.now())
+	if err != nil {
+		return st, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			now     time.Time
+			fence   *int64
+			expires *time.Time
+			limit   int
+		)
+		if err := rows.Scan(&now, &fence, &expires, &limit); err != nil {
+			return st, err
+		}
+		st.Now = now
+		if fence != nil {
+			st.Holders = append(st.Holders, locks.Holder{Fence: *fence, Expires: *expires, Left: expires.Sub(now)})
+			st.Limit = limit
+		}
+	}
+	return st, rows.Err()
 }
 
 // maybeSweep deletes up to 256 expired rows of each table once every

@@ -98,6 +98,13 @@ WHERE key = ?1 AND owner = ?2 AND expires_at > ` + nowSQL(4)
 	releaseSlotSQL = `UPDATE lock_slots SET expires_at = 0
 WHERE key = ?1 AND owner = ?2 AND expires_at > ` + nowSQL(4)
 
+	// One row at least: the statement's time, then each live lease (NULLs
+	// when there is none).
+	inspectSQL = `SELECT n.t, l.fence, l.expires_at, 0 FROM (SELECT ` + nowSQL(2) + ` AS t) n
+LEFT JOIN locks l ON l.key = ?1 AND l.expires_at > n.t`
+	inspectSlotsSQL = `SELECT n.t, l.fence, l.expires_at, 0 FROM (SELECT ` + nowSQL(2) + ` AS t) n
+LEFT JOIN lock_slots l ON l.key = ?1 AND l.expires_at > n.t ORDER BY l.fence`
+
 	// The triggers raise the floor to each deleted fence.
 	sweepSQL = []string{
 		`DELETE FROM locks WHERE key IN
@@ -235,6 +242,54 @@ func (s *LockStore) release(ctx context.Context, op, query, key, owner string) (
 		return false, fmt.Errorf("%s: %w", op, interpretLock(err))
 	}
 	return n == 1, nil
+}
+
+// Inspect implements locks.Store.
+func (s *LockStore) Inspect(ctx context.Context, key string) (locks.KeyState, error) {
+	st, err := s.inspect(ctx, inspectSQL, key)
+	if err != nil {
+		return st, fmt.Errorf("inspect lock: %w", err)
+	}
+	return st, nil
+}
+
+// InspectSlots implements locks.Store.
+func (s *LockStore) InspectSlots(ctx context.Context, key string) (locks.KeyState, error) {
+	st, err := s.inspect(ctx, inspectSlotsSQL, key)
+	if err != nil {
+		return st, fmt.Errorf("inspect slots: %w", err)
+	}
+	return st, nil
+}
+
+func (s *LockStore) inspect(ctx context.Context, query, key string) (locks.KeyState, error) {
+	var st locks.KeyState
+	q, err := s.stmt(ctx, query)
+	if err != nil {
+		return st, err
+	}
+	rows, err := q.QueryContext(ctx, []byte(key), s.now())
+	if err != nil {
+		return st, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			now            int64
+			fence, expires sql.NullInt64
+			limit          int
+		)
+		if err := rows.Scan(&now, &fence, &expires, &limit); err != nil {
+			return st, err
+		}
+		st.Now = time.UnixMilli(now)
+		if fence.Valid {
+			exp := time.UnixMilli(expires.Int64)
+			st.Holders = append(st.Holders, locks.Holder{Fence: fence.Int64, Expires: exp, Left: exp.Sub(st.Now)})
+			st.Limit = limit
+		}
+	}
+	return st, rows.Err()
 }
 
 // maybeSweep sweeps once every sweepEvery acquisitions. A free or
