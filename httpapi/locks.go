@@ -295,6 +295,8 @@ func lockError(err error) error {
 		return intent.Errorf(intent.ELocked, "The key is held; it was not free within wait_ms.")
 	case errors.Is(err, lockservice.ErrConflict):
 		return intent.Errorf(intent.EConflict, "%s", intent.ConflictMessage)
+	case errors.Is(err, lockservice.ErrLimitConflict):
+		return intent.Errorf(intent.EConflict, "The semaphore key is held under another limit; use one limit per key.")
 	case errors.Is(err, lockservice.ErrClosed):
 		return intent.Errorf(intent.EUnavailable, "The lock service is shutting down.")
 	}

@@ -448,6 +448,11 @@ func TestLocksSemaphore(t *testing.T) {
 		fences = append(fences, l.Fence)
 	}
 	wantProblem(t, h.lockCall("alice", "acquire", acquireJSON("s3", "jobs", "pool", 30000, 0, 2)), http.StatusLocked)
+	// One key, one limit: another limit while it is held is refused.
+	p := wantProblem(t, h.lockCall("alice", "acquire", acquireJSON("s4", "jobs", "pool", 30000, 0, 3)), http.StatusConflict)
+	if !strings.Contains(p.Detail, "limit") {
+		t.Errorf("409 detail %q", p.Detail)
+	}
 	// The lock of the same key is another key space.
 	h.acquire(t, "alice", "lock", "pool", 0)
 	if info := h.inspect(t, "alice", "pool", 2); len(info.Holders) != 2 || info.Limit != 2 {

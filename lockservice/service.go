@@ -79,7 +79,9 @@ type Lease struct {
 
 // Holder is one holder of a key as Inspect shows it: no owner, no lease id.
 type Holder struct {
-	Fence   int64
+	Fence int64
+	// Expires is when the lock store's lease ends unless the engine renews
+	// it (by the store's clock): where the key frees if this server dies.
 	Expires time.Time
 }
 
@@ -90,7 +92,8 @@ type Info struct {
 	Limit   int
 	Held    bool
 	Holders []Holder
-	// Waiters counts the acquires waiting for the key in this server.
+	// Waiters counts the acquires waiting for the key in this server
+	// (other servers' waiters are known to no one).
 	Waiters int
 }
 
@@ -103,6 +106,8 @@ var (
 	ErrBusy = errors.New("lockservice: key is held")
 	// ErrConflict: the request id was used for another acquire.
 	ErrConflict = errors.New("lockservice: request id belongs to another acquire")
+	// ErrLimitConflict: the semaphore key is held under another limit.
+	ErrLimitConflict = errors.New("lockservice: semaphore key held under another limit")
 	// ErrClosed: the service is closing.
 	ErrClosed = errors.New("lockservice: closed")
 )
@@ -147,9 +152,6 @@ type Config struct {
 	Retain time.Duration
 	// Observe, when set, receives every Event; quick and concurrency-safe.
 	Observe func(Event)
-	// Inspect answers the store's part of Inspect; when nil, Inspect shows
-	// only the leases of this service.
-	Inspect func(ctx context.Context, engineKey string, limit int) (holders []Holder, err error)
 }
 
 // Service holds engine locks for remote clients. Every lease lives in a
@@ -175,7 +177,6 @@ type requestKey struct{ actor, id string }
 type lease struct {
 	id, actor, requestID string
 	req                  Request
-	engineKey            string
 
 	granted chan struct{} // closed once held, or once the acquire failed
 	err     error         // why the acquire failed
@@ -209,12 +210,27 @@ func New(cfg Config) (*Service, error) {
 	}, nil
 }
 
-// EngineKey is the engine key of (actor, name, key): a prefix of its own,
+// Scope is the engine lock name of actor's lock name: a prefix of its own,
 // then actor and name each ended by a NUL (neither may contain one: actors
-// have no control characters, names only NameChars), then the key as is.
-// So two different triples never make one engine key.
+// have no control characters, names only letters, digits and . _ : -). The
+// engine's named lock then makes the key of (scope, key) with the scope's
+// length first (locks.KeyOf), so two different (actor, name, key) triples
+// never make one engine key, and none makes a key studio itself holds.
+func Scope(actor, name string) string {
+	return keyPrefix + actor + "\x00" + name + "\x00"
+}
+
+// EngineKey is the engine key of (actor, name, key).
 func EngineKey(actor, name, key string) string {
-	return keyPrefix + actor + "\x00" + name + "\x00" + key
+	return locks.KeyOf(Scope(actor, name), key)
+}
+
+// named is the engine's named lock (or semaphore) of actor's name.
+func (s *Service) named(actor, name string, limit int) *locks.Lock {
+	if limit == 0 {
+		return s.cfg.Engine.Lock(Scope(actor, name))
+	}
+	return s.cfg.Engine.Semaphore(limit).Lock(Scope(actor, name))
 }
 
 // Check validates a request, filling in nothing; the errors name fields.
@@ -294,8 +310,7 @@ func (s *Service) Acquire(ctx context.Context, actor, requestID string, r Reques
 		hctx, cancel := context.WithCancel(s.base)
 		x = &lease{
 			id: id, actor: actor, requestID: requestID, req: r,
-			engineKey: EngineKey(actor, r.Name, r.Key),
-			granted:   make(chan struct{}), release: make(chan struct{}),
+			granted: make(chan struct{}), release: make(chan struct{}),
 			kick: make(chan struct{}, 1), done: make(chan struct{}), cancel: cancel,
 		}
 		s.leases[id] = x
@@ -394,13 +409,7 @@ func (s *Service) hold(ctx context.Context, x *lease) {
 			}
 		}
 	}
-	opts := []locks.Option{locks.TTL(x.req.TTL), locks.Wait(x.req.Wait)}
-	var err error
-	if x.req.Limit == 0 {
-		err = s.cfg.Engine.Hold(ctx, x.engineKey, fn, opts...)
-	} else {
-		err = s.cfg.Engine.Semaphore(x.req.Limit).Hold(ctx, x.engineKey, fn, opts...)
-	}
+	err := s.named(x.actor, x.req.Name, x.req.Limit).Hold(ctx, x.req.Key, fn, locks.TTL(x.req.TTL), locks.Wait(x.req.Wait))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if x.state == "" { // never held
@@ -409,8 +418,8 @@ func (s *Service) hold(ctx context.Context, x *lease) {
 			x.err = ErrBusy
 		case errors.Is(err, locks.ErrClosed) || s.closed:
 			x.err = ErrClosed
-		case errors.Is(err, locks.ErrInvalid):
-			x.err = &InvalidError{"limit", "does not fit this key: " + err.Error()}
+		case errors.Is(err, locks.ErrLimitConflict):
+			x.err = ErrLimitConflict
 		case x.abandoned:
 			x.err = fmt.Errorf("acquire: %w", context.Canceled)
 		case err != nil:
@@ -533,8 +542,10 @@ func (s *Service) Release(ctx context.Context, actor, id string) (Lease, error) 
 	return v, nil
 }
 
-// Inspect answers what is known of actor's key: its holders (fences and
-// expiries, never lease ids), and the acquires waiting for it here.
+// Inspect answers what the lock store knows of actor's key (its holders'
+// fences and store expiries, never lease ids) and the acquires waiting for
+// it in this server. limit 0 inspects the lock; a positive one the
+// semaphore key (the limit answered is the one its holders took it under).
 func (s *Service) Inspect(ctx context.Context, actor, name, key string, limit int) (Info, error) {
 	if err := checkName(name); err != nil {
 		return Info{}, err
@@ -545,31 +556,17 @@ func (s *Service) Inspect(ctx context.Context, actor, name, key string, limit in
 	if limit < 0 || limit > MaxLimit {
 		return Info{}, &InvalidError{"limit", fmt.Sprintf("must be 0 (a lock) or 1..%d (a semaphore)", MaxLimit)}
 	}
-	ek := EngineKey(actor, name, key)
-	info := Info{Name: name, Key: key, Limit: limit, Holders: []Holder{}}
-	if s.cfg.Inspect != nil {
-		hs, err := s.cfg.Inspect(ctx, ek, limit)
-		if err != nil {
-			return Info{}, fmt.Errorf("inspect: %w", err)
-		}
-		info.Holders = append(info.Holders, hs...)
+	ei, err := s.named(actor, name, limit).Inspect(ctx, key)
+	if err != nil {
+		return Info{}, fmt.Errorf("inspect: %w", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, x := range s.leases {
-		if x.engineKey != ek || (x.req.Limit == 0) != (limit == 0) {
-			continue
-		}
-		switch x.state {
-		case "":
-			info.Waiters++
-		case StateHeld:
-			if s.cfg.Inspect == nil {
-				info.Holders = append(info.Holders, Holder{Fence: x.fence, Expires: x.deadline})
-			}
-		}
+	info := Info{Name: name, Key: key, Held: ei.Held, Waiters: ei.Waiters, Holders: make([]Holder, 0, len(ei.Holders))}
+	if limit > 0 {
+		info.Limit = ei.Limit
 	}
-	info.Held = len(info.Holders) > 0
+	for _, h := range ei.Holders {
+		info.Holders = append(info.Holders, Holder{Fence: h.Fence, Expires: h.Expires})
+	}
 	return info, nil
 }
 

@@ -134,6 +134,10 @@ func (m *Main) startHTTP(deps *deps) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
 	}
+	if deps.lockAPI != nil {
+		// Held locks and waiting acquires end as shutdown begins.
+		m.server.RegisterOnShutdown(func() { _ = deps.lockAPI.Close() })
+	}
 	go func() {
 		if err := m.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.Logger.Error("http server stopped", "err", err)

@@ -10,6 +10,7 @@ import (
 	"studio/httpapi"
 	"studio/intent"
 	"studio/locks"
+	"studio/lockservice"
 	"studio/metrics"
 	"studio/planner"
 	"studio/store/postgres"
@@ -24,6 +25,7 @@ type deps struct {
 	service *intent.Service
 	metrics *metrics.Metrics
 	pubs    *pubDeps
+	lockAPI *lockservice.Service
 	handler http.Handler
 }
 
@@ -67,12 +69,16 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	if m.Mode != modeServe {
 		return d, nil
 	}
+	if d.lockAPI, err = m.buildLockAPI(d); err != nil {
+		return nil, err
+	}
 	srv, err := httpapi.New(httpapi.Config{
 		Generations:  loggedService{d.service, m.Logger},
 		Store:        m.store,
 		Blobs:        m.blobs,
 		Uploads:      d.pubs.uploads,
 		Publications: d.service,
+		Locks:        d.lockAPI,
 		Logger:       m.Logger,
 		Metrics:      d.metrics.Handler(),
 		Observe:      observeRequests(d.metrics),
