@@ -1,0 +1,448 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The lock clients' tests: a real `studio serve`, the Python client's
+// unittest suite and the TypeScript client's node --test suite against it,
+// then holders in Go, Python and Node on one key.
+
+// lockServer is a studio serve process with the tokens of two actors.
+type lockServer struct {
+	proc         *proc
+	url          string
+	token, other string
+}
+
+func startLockServer(t *testing.T) *lockServer {
+	t.Helper()
+	data := t.TempDir()
+	p := startProcess(t, []string{"STUDIO_DATA=" + data, "STUDIO_WORKERS=0"}, "serve", "--addr", "127.0.0.1:0")
+	out, err := exec.Command(studioBinary(t), "token", "create", "--actor", "other", "--data", data).Output()
+	if err != nil {
+		t.Fatalf("token create: %v", err)
+	}
+	fields := strings.Fields(string(out))
+	if len(fields) == 0 {
+		t.Fatal("token create printed nothing")
+	}
+	return &lockServer{proc: p, url: "http://" + p.Addr, token: readToken(t, data), other: fields[len(fields)-1]}
+}
+
+func (s *lockServer) env() []string {
+	return append(os.Environ(), "STUDIO_URL="+s.url, "STUDIO_TOKEN="+s.token, "STUDIO_TOKEN_OTHER="+s.other)
+}
+
+// clientDir is a client's directory in the repository.
+func clientDir(t *testing.T, name string) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("..", "..", "clients", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// needTool returns the path of a program, or skips the test naming it.
+func needTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Skipf("%s is not installed (not on PATH): the %s lock client's tests need it", name, name)
+	}
+	return p
+}
+
+// runSuite runs a client's test suite against the server and fails the
+// test with its output if it fails, or if it ran nothing or skipped.
+func runSuite(t *testing.T, srv *lockServer, dir string, check func(out string) error, name string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = srv.env()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	if err := check(string(out)); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	t.Logf("%s %s passed", name, strings.Join(args, " "))
+}
+
+func TestLockClients(t *testing.T) {
+	t.Parallel()
+	srv := startLockServer(t)
+
+	t.Run("python unittest", func(t *testing.T) {
+		t.Parallel()
+		py := needTool(t, "python3")
+		runSuite(t, srv, clientDir(t, "python"), func(out string) error {
+			if !strings.Contains(out, "\nOK") || strings.Contains(out, "skipped") || !strings.Contains(out, "Ran ") {
+				return fmt.Errorf("not every test ran and passed")
+			}
+			return nil
+		}, py, "-m", "unittest", "-v")
+	})
+	t.Run("node test", func(t *testing.T) {
+		t.Parallel()
+		node := needTool(t, "node")
+		runSuite(t, srv, clientDir(t, "typescript"), func(out string) error {
+			if !strings.Contains(out, "# fail 0") || !strings.Contains(out, "# skipped 0") || strings.Contains(out, "# pass 0") {
+				return fmt.Errorf("not every test ran and passed")
+			}
+			return nil
+		}, node, "--test")
+	})
+}
+
+// TestLockCounterAcrossLanguages: holders in Go, Python and Node increment
+// one counter in a file, read-modify-write, under one lock; the count comes
+// out exact and every holder's fence is above the last one written.
+func TestLockCounterAcrossLanguages(t *testing.T) {
+	t.Parallel()
+	srv := startLockServer(t)
+	path := filepath.Join(t.TempDir(), "counter")
+	if err := os.WriteFile(path, []byte("0 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const perHolder = 12
+	key := "counter-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	var wg sync.WaitGroup
+	holders := 0
+	errs := make(chan error, 16)
+	for range 2 {
+		holders++
+		wg.Go(func() {
+			errs <- goCounter(srv, "shared", key, path, perHolder)
+		})
+	}
+	langs := 1
+	for _, c := range []struct{ tool, dir string }{{"python3", "python"}, {"node", "typescript"}} {
+		bin, err := exec.LookPath(c.tool)
+		if err != nil {
+			t.Logf("%s is not installed: the counter runs without the %s holders", c.tool, c.dir)
+			continue
+		}
+		langs++
+		for range 2 {
+			holders++
+			var cmd *exec.Cmd
+			if c.dir == "python" {
+				cmd = exec.Command(bin, "-m", "tests.holder", "counter", "shared", key, path, strconv.Itoa(perHolder))
+			} else {
+				cmd = exec.Command(bin, "tools/holder.js", "counter", "shared", key, path, strconv.Itoa(perHolder))
+			}
+			cmd.Dir = clientDir(t, c.dir)
+			cmd.Env = srv.env()
+			wg.Go(func() {
+				out, err := cmd.CombinedOutput()
+				if err != nil || !strings.Contains(string(out), "done") {
+					errs <- fmt.Errorf("%s holder: %v\n%s", c.tool, err, out)
+					return
+				}
+				errs <- nil
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Fields(string(b))
+	if len(parts) != 2 || parts[0] != strconv.Itoa(holders*perHolder) {
+		t.Fatalf("counter file %q after %d holders x %d increments (%d languages)", b, holders, perHolder, langs)
+	}
+	t.Logf("%d holders in %d languages: %d increments, exact", holders, langs, holders*perHolder)
+}
+
+// TestLockKilledClientFreesAfterTTL: a Python or Node holder killed with
+// SIGKILL keeps the key until its TTL passes without a renewal; then a
+// waiter gets it with a larger fence.
+func TestLockKilledClientFreesAfterTTL(t *testing.T) {
+	t.Parallel()
+	srv := startLockServer(t)
+	for _, lang := range []string{"python", "node"} {
+		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
+			h := startHolder(t, srv, lang, "killed-"+lang, 3*time.Second)
+			if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			h.cmd.Wait()
+			killed := time.Now()
+			c := lockHTTP{srv}
+			// Dead, but within its TTL: still held.
+			if info := c.inspect(t, "killed-"+lang); !info.Held || len(info.Holders) != 1 || info.Holders[0].Fence != h.fence {
+				t.Fatalf("right after the kill: %+v, want held at fence %d", info, h.fence)
+			}
+			l, status, err := c.acquire("holders", "killed-"+lang, 5000, 30000)
+			if err != nil || status != http.StatusCreated {
+				t.Fatalf("waiter: %d %v", status, err)
+			}
+			if l.Fence <= h.fence {
+				t.Fatalf("fence %d after the killed holder's %d", l.Fence, h.fence)
+			}
+			t.Logf("the key of the killed %s holder (TTL 3s) went to the waiter %v after the kill", lang, time.Since(killed).Round(100*time.Millisecond))
+			c.release(l.LeaseID)
+		})
+	}
+}
+
+// TestLockLostLeaseSeenByHolder: a holder stopped (SIGSTOP) past its TTL
+// loses the key to another holder; once continued it reports the loss.
+func TestLockLostLeaseSeenByHolder(t *testing.T) {
+	t.Parallel()
+	srv := startLockServer(t)
+	for _, lang := range []string{"python", "node"} {
+		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
+			key := "paused-" + lang
+			h := startHolder(t, srv, lang, key, 1500*time.Millisecond)
+			if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			c := lockHTTP{srv}
+			l, status, err := c.acquire("holders", key, 30000, 30000)
+			if err != nil || status != http.StatusCreated {
+				h.cmd.Process.Signal(syscall.SIGCONT)
+				t.Fatalf("second holder: %d %v", status, err)
+			}
+			if l.Fence <= h.fence {
+				t.Fatalf("fence %d after the paused holder's %d", l.Fence, h.fence)
+			}
+			if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case line := <-h.lines:
+				if !strings.HasPrefix(line, "lost") {
+					t.Fatalf("the paused holder said %q, want lost", line)
+				}
+				t.Logf("the %s holder, continued: %q", lang, line)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the paused holder never reported its lease lost")
+			}
+			c.release(l.LeaseID)
+		})
+	}
+}
+
+// holderProc is a Python or Node process holding a key (tests/holder.py,
+// tools/holder.js "hold").
+type holderProc struct {
+	cmd   *exec.Cmd
+	fence int64
+	lines chan string // what it prints after "held"
+}
+
+func startHolder(t *testing.T, srv *lockServer, lang, key string, ttl time.Duration) *holderProc {
+	t.Helper()
+	var cmd *exec.Cmd
+	switch lang {
+	case "python":
+		cmd = exec.Command(needTool(t, "python3"), "-m", "tests.holder", "hold", "holders", key, strconv.FormatFloat(ttl.Seconds(), 'f', -1, 64))
+		cmd.Dir = clientDir(t, "python")
+	case "node":
+		cmd = exec.Command(needTool(t, "node"), "tools/holder.js", "hold", "holders", key, strconv.FormatInt(ttl.Milliseconds(), 10))
+		cmd.Dir = clientDir(t, "typescript")
+	}
+	cmd.Env = srv.env()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGCONT)
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s holder's stderr:\n%s", lang, stderr.String())
+		}
+	})
+	h := &holderProc{cmd: cmd, lines: make(chan string, 8)}
+	first := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		n := 0
+		for sc.Scan() {
+			if n == 0 {
+				first <- sc.Text()
+			} else {
+				h.lines <- sc.Text()
+			}
+			n++
+		}
+		if n == 0 {
+			close(first)
+		}
+		io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case line, ok := <-first:
+		f := strings.Fields(line)
+		if !ok || len(f) != 2 || f[0] != "held" {
+			t.Fatalf("%s holder said %q, want held FENCE\n%s", lang, line, stderr.String())
+		}
+		if h.fence, err = strconv.ParseInt(f[1], 10, 64); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s holder did not take the key\n%s", lang, stderr.String())
+	}
+	return h
+}
+
+// lockHTTP is the Go holder: the lock API over net/http, as a client in
+// any language would speak it.
+type lockHTTP struct{ srv *lockServer }
+
+type httpLease struct {
+	LeaseID string `json:"lease_id"`
+	Fence   int64  `json:"fence"`
+}
+
+type httpInfo struct {
+	Held    bool `json:"held"`
+	Holders []struct {
+		Fence int64 `json:"fence"`
+	} `json:"holders"`
+}
+
+// lockRequests numbers the Go holder's acquires, for their request ids.
+var lockRequests atomic.Int64
+
+func (c lockHTTP) client() *client {
+	return &client{base: c.srv.url, token: c.srv.token, http: &http.Client{Timeout: 2 * time.Minute}}
+}
+
+// acquire takes the key, waiting up to waitMs; status 201 means held.
+func (c lockHTTP) acquire(name, key string, ttlMs, waitMs int) (httpLease, int, error) {
+	var l httpLease
+	resp, err := c.client().do(context.Background(), http.MethodPost, "/v1/locks/acquire", map[string]any{
+		"request_id": fmt.Sprintf("go-%d-%d", os.Getpid(), lockRequests.Add(1)),
+		"name":       name, "key": key, "ttl_ms": ttlMs, "wait_ms": waitMs,
+	}, &l)
+	if err != nil {
+		return l, 0, err
+	}
+	return l, resp.StatusCode, nil
+}
+
+func (c lockHTTP) renew(id string) (int, error) {
+	resp, err := c.client().do(context.Background(), http.MethodPost, "/v1/locks/renew", map[string]any{"lease_id": id}, nil)
+	if err != nil {
+		return 0, err
+	}
+	return resp.StatusCode, nil
+}
+
+func (c lockHTTP) release(id string) (int, error) {
+	resp, err := c.client().do(context.Background(), http.MethodPost, "/v1/locks/release", map[string]any{"lease_id": id}, nil)
+	if err != nil {
+		return 0, err
+	}
+	return resp.StatusCode, nil
+}
+
+func (c lockHTTP) inspect(t *testing.T, key string) httpInfo {
+	t.Helper()
+	var info httpInfo
+	q := url.Values{"name": {"holders"}, "key": {key}}
+	if _, err := c.client().do(context.Background(), http.MethodGet, "/v1/locks/inspect?"+q.Encode(), nil, &info); err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+// goCounter increments the counter file n times under the lock, renewing
+// each lease every ttl/3 while it works, as the other clients do.
+func goCounter(srv *lockServer, name, key, path string, n int) error {
+	c := lockHTTP{srv}
+	for range n {
+		l, status, err := c.acquire(name, key, 10000, 60000)
+		for err == nil && status == http.StatusLocked {
+			l, status, err = c.acquire(name, key, 10000, 60000)
+		}
+		if err != nil || status != http.StatusCreated {
+			return fmt.Errorf("go acquire: %d %v", status, err)
+		}
+		stop := make(chan struct{})
+		renewed := make(chan error, 1)
+		go func() {
+			tick := time.NewTicker(10 * time.Second / 3)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					renewed <- nil
+					return
+				case <-tick.C:
+					if st, err := c.renew(l.LeaseID); err != nil || st != http.StatusOK {
+						renewed <- fmt.Errorf("go renew: %d %v", st, err)
+						return
+					}
+				}
+			}
+		}()
+		werr := incrementFile(path, l.Fence)
+		close(stop)
+		if err := <-renewed; err != nil {
+			return err
+		}
+		if werr != nil {
+			return werr
+		}
+		if st, err := c.release(l.LeaseID); err != nil || st != http.StatusOK {
+			return fmt.Errorf("go release: %d %v", st, err)
+		}
+	}
+	return nil
+}
+
+// incrementFile reads "count fence", checks fence grows, writes count+1.
+func incrementFile(path string, fence int64) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var count, last int64
+	if _, err := fmt.Sscan(string(b), &count, &last); err != nil {
+		return fmt.Errorf("counter file %q: %w", b, err)
+	}
+	if fence <= last {
+		return fmt.Errorf("fence %d after %d", fence, last)
+	}
+	time.Sleep(time.Millisecond) // widen the window a lost update needs
+	return os.WriteFile(path, fmt.Appendf(nil, "%d %d\n", count+1, fence), 0o600)
+}
