@@ -19,6 +19,7 @@ var statusOf = map[string]int{
 	intent.EConflict:         http.StatusConflict,
 	intent.EGone:             http.StatusGone,
 	intent.ELocked:           http.StatusLocked,
+	intent.ETooMany:          http.StatusTooManyRequests,
 	intent.ETooLarge:         http.StatusRequestEntityTooLarge,
 	intent.EUnsupportedMedia: http.StatusUnsupportedMediaType,
 	intent.EUnprocessable:    http.StatusUnprocessableEntity,

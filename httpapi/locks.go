@@ -297,6 +297,8 @@ func lockError(err error) error {
 		return intent.Errorf(intent.EConflict, "%s", intent.ConflictMessage)
 	case errors.Is(err, lockservice.ErrLimitConflict):
 		return intent.Errorf(intent.EConflict, "The semaphore key is held under another limit; use one limit per key.")
+	case errors.Is(err, lockservice.ErrTooMany):
+		return intent.Errorf(intent.ETooMany, "This actor holds or waits for as many leases as the server allows; release some first.")
 	case errors.Is(err, lockservice.ErrClosed):
 		return intent.Errorf(intent.EUnavailable, "The lock service is shutting down.")
 	}

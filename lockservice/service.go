@@ -35,6 +35,12 @@ const (
 	// renewals and its request id's retries answer "ended" rather than
 	// "unknown".
 	DefaultRetain = 10 * time.Minute
+	// MaxRetained bounds how many ended leases are remembered: past it the
+	// oldest are forgotten before their Retain is up.
+	MaxRetained = 100_000
+	// DefaultMaxPerActor bounds the leases one actor holds or waits for
+	// at once.
+	DefaultMaxPerActor = 10_000
 )
 
 // States of a lease.
@@ -108,6 +114,8 @@ var (
 	ErrConflict = errors.New("lockservice: request id belongs to another acquire")
 	// ErrLimitConflict: the semaphore key is held under another limit.
 	ErrLimitConflict = errors.New("lockservice: semaphore key held under another limit")
+	// ErrTooMany: the actor holds or waits for MaxPerActor leases already.
+	ErrTooMany = errors.New("lockservice: too many leases held or waited for")
 	// ErrClosed: the service is closing.
 	ErrClosed = errors.New("lockservice: closed")
 )
@@ -150,6 +158,9 @@ type Config struct {
 	Engine *locks.Engine
 	// Retain is how long ended leases are remembered; DefaultRetain when 0.
 	Retain time.Duration
+	// MaxPerActor bounds the leases one actor holds or waits for at once;
+	// DefaultMaxPerActor when 0.
+	MaxPerActor int
 	// Observe, when set, receives every Event; quick and concurrency-safe.
 	Observe func(Event)
 }
@@ -166,7 +177,8 @@ type Service struct {
 	mu        sync.Mutex
 	leases    map[string]*lease // by lease id
 	byRequest map[requestKey]*lease
-	ended     []*lease // in the order they ended, for forgetting
+	ended     []*lease       // in the order they ended, for forgetting
+	active    map[string]int // actor -> leases held or waited for
 	closed    bool
 	running   sync.WaitGroup
 }
@@ -202,11 +214,15 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Retain <= 0 {
 		cfg.Retain = DefaultRetain
 	}
+	if cfg.MaxPerActor <= 0 {
+		cfg.MaxPerActor = DefaultMaxPerActor
+	}
 	base, cancel := context.WithCancel(context.Background())
 	return &Service{
 		cfg: cfg, base: base, cancel: cancel,
 		leases:    make(map[string]*lease),
 		byRequest: make(map[requestKey]*lease),
+		active:    make(map[string]int),
 	}, nil
 }
 
@@ -301,6 +317,9 @@ func (s *Service) Acquire(ctx context.Context, actor, requestID string, r Reques
 	x := s.byRequest[rk]
 	joined := x != nil
 	switch {
+	case x == nil && s.active[actor] >= s.cfg.MaxPerActor:
+		s.mu.Unlock()
+		return Lease{}, false, ErrTooMany
 	case x == nil:
 		id, err := newLeaseID()
 		if err != nil {
@@ -315,6 +334,7 @@ func (s *Service) Acquire(ctx context.Context, actor, requestID string, r Reques
 		}
 		s.leases[id] = x
 		s.byRequest[rk] = x
+		s.active[actor]++
 		s.running.Add(1)
 		go s.hold(hctx, x)
 	case !x.req.same(r):
@@ -436,6 +456,9 @@ func (s *Service) hold(ctx context.Context, x *lease) {
 	} else if x.state == StateHeld {
 		s.endLocked(x, StateLost, "the engine ended it")
 	}
+	if s.active[x.actor]--; s.active[x.actor] == 0 {
+		delete(s.active, x.actor)
+	}
 	close(x.done)
 	x.cancel()
 }
@@ -455,7 +478,7 @@ func (s *Service) endLocked(x *lease, state, reason string) {
 // forget drops leases that ended more than Retain ago. s.mu is held.
 func (s *Service) forget(now time.Time) {
 	n := 0
-	for n < len(s.ended) && now.Sub(s.ended[n].endedAt) > s.cfg.Retain {
+	for n < len(s.ended) && (now.Sub(s.ended[n].endedAt) > s.cfg.Retain || len(s.ended)-n > MaxRetained) {
 		x := s.ended[n]
 		delete(s.leases, x.id)
 		if s.byRequest[requestKey{x.actor, x.requestID}] == x {
@@ -619,7 +642,7 @@ func (s *Service) observeAcquire(replayed bool, err error) {
 	case err == nil:
 	case errors.Is(err, ErrBusy):
 		outcome = "busy"
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, ErrConflict), errors.Is(err, ErrLimitConflict):
 		outcome = "conflict"
 	case errors.As(err, &ie):
 		outcome = "invalid"
