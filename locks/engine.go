@@ -34,20 +34,37 @@ type Engine struct {
 	done   chan struct{} // closed by Close
 	holds  sync.WaitGroup
 
+	unsubscribe func() // from a Notifier store
+
 	renewals   renewHeap   // running leases by next renewal
 	renewTimer *time.Timer // fires at armedAt (zero: not armed)
 	armedAt    time.Time
 }
 
 // New returns an engine over store. The options become the defaults of
-// every hold; an invalid one makes every hold fail with ErrInvalid.
+// every hold; an invalid one makes every hold fail with ErrInvalid. If the
+// store is a Notifier, a release in another process wakes this engine's
+// first waiter of the key at once; polling stays the fallback.
 func New(store Store, opts ...Option) *Engine {
-	return &Engine{
+	e := &Engine{
 		store:    store,
 		defaults: defaultSettings().with(opts),
 		queues:   make(map[queueKey]*queue),
 		done:     make(chan struct{}),
 	}
+	if n, ok := store.(Notifier); ok {
+		e.unsubscribe = n.Subscribe(e.released)
+	}
+	return e
+}
+
+// released wakes the first waiter of a key that another process released.
+func (e *Engine) released(slot bool, key string) {
+	e.mu.Lock()
+	if q := e.queues[queueKey{slot: slot, key: key}]; q != nil {
+		q.wakeFront()
+	}
+	e.mu.Unlock()
 }
 
 // Hold waits until key is free (or ctx ends, or the Wait option runs out),
@@ -92,7 +109,12 @@ func (e *Engine) Close() error {
 	if e.renewTimer != nil {
 		e.renewTimer.Stop()
 	}
+	unsubscribe := e.unsubscribe
+	e.unsubscribe = nil
 	e.mu.Unlock()
+	if unsubscribe != nil {
+		unsubscribe()
+	}
 	return nil
 }
 

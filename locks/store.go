@@ -82,6 +82,19 @@ type Store interface {
 	InspectSlots(ctx context.Context, key string) (KeyState, error)
 }
 
+// Notifier is a Store that tells when a lease may have been released by
+// another process, so that the engine's waiters ask at once instead of at
+// their next poll. The engine subscribes in New and stops in Close.
+// Polling stays the fallback: a notification can be lost (a dropped
+// connection) and an expiry notifies no one.
+type Notifier interface {
+	// Subscribe calls released(slot, key) after a lease of key (a lock,
+	// or a semaphore slot when slot is true) was released by any process,
+	// until stop is called. released must return quickly; it may be called
+	// from any goroutine.
+	Subscribe(released func(slot bool, key string)) (stop func())
+}
+
 // KeyState is what a store knows of one key at one instant of its clock:
 // the live leases (never their owners). Stores fill it for Inspect and
 // InspectSlots; the engine adds what only it knows (see Info).

@@ -10,6 +10,8 @@ import (
 	"studio/httpapi"
 	"studio/intent"
 	"studio/locks"
+	"studio/locks/pglock"
+	"studio/locks/sqlitelock"
 	"studio/lockservice"
 	"studio/metrics"
 	"studio/planner"
@@ -96,11 +98,13 @@ func (m *Main) lockStore() (locks.Store, error) {
 	if m.Config.lockStore() == "memory" {
 		return locks.NewMemoryStore(), nil
 	}
+	// The lock packages create their own tables if missing; studio's
+	// migration 0002 made them already.
 	switch s := m.store.(type) {
 	case *sqlite.Store:
-		return sqlite.NewLockStore(s), nil
+		return sqlitelock.New(context.Background(), s.DB())
 	case *postgres.Store:
-		return postgres.NewLockStore(s), nil
+		return pglock.New(context.Background(), s.Pool())
 	default:
 		return nil, fmt.Errorf("--lock-store db is not available for %T", m.store)
 	}

@@ -93,7 +93,9 @@ func testInspectSlots(t *testing.T, f *Fixture) {
 		st.Holders[0].Left != long-time.Minute || st.Holders[1].Left != long {
 		t.Fatalf("holders %+v, want fences %d (%v left), %d (%v left)", st.Holders, a, long-time.Minute, b, long)
 	}
-	// (LIMIT-CHECK)
+	if st.Limit != 3 {
+		t.Fatalf("limit %d, want 3", st.Limit)
+	}
 	wantHolders(t, inspect(t, s, false, "gen"), 0)
 	if !releaseSlot(t, s, "gen", "a") {
 		t.Fatal("ReleaseSlot by the holder refused")
@@ -133,5 +135,3 @@ func testLimitConflict(t *testing.T, f *Fixture) {
 	f.Clock.Advance(long)
 	mustSlot(t, s, "other", "b", 4)
 }
-
-var _ = testLimitConflict // registered once every store keeps limits

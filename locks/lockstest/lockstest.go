@@ -109,7 +109,7 @@ func Run(t *testing.T, open func(t *testing.T) *Fixture) {
 		{"LocksAndSemaphoresApart", testKeySpacesApart},
 		{"InspectLock", testInspectLock},
 		{"InspectSlots", testInspectSlots},
-		// (LIMIT-CONFLICT)
+		{"SemaphoreLimitConflict", testLimitConflict},
 		{"LinearizableLock", testLinearizableLock},
 		{"LinearizableSemaphore", testLinearizableSemaphore},
 	}
