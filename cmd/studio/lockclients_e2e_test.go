@@ -32,8 +32,14 @@ type lockServer struct {
 
 func startLockServer(t *testing.T) *lockServer {
 	t.Helper()
-	data := t.TempDir()
-	p := startProcess(t, []string{"STUDIO_DATA=" + data, "STUDIO_WORKERS=0"}, "serve", "--addr", "127.0.0.1:0")
+	return startLockServerIn(t, t.TempDir(), "memory")
+}
+
+// startLockServerIn starts a server on the data directory (several may
+// share one) with the lock store given.
+func startLockServerIn(t *testing.T, data, lockStore string) *lockServer {
+	t.Helper()
+	p := startProcess(t, []string{"STUDIO_DATA=" + data, "STUDIO_WORKERS=0", "STUDIO_LOCK_STORE=" + lockStore}, "serve", "--addr", "127.0.0.1:0")
 	out, err := exec.Command(studioBinary(t), "token", "create", "--actor", "other", "--data", data).Output()
 	if err != nil {
 		t.Fatalf("token create: %v", err)
@@ -116,10 +122,26 @@ func TestLockClients(t *testing.T) {
 
 // TestLockCounterAcrossLanguages: holders in Go, Python and Node increment
 // one counter in a file, read-modify-write, under one lock; the count comes
-// out exact and every holder's fence is above the last one written.
+// out exact and every holder's fence is above the last one written. Once
+// on one server, once on two servers sharing a database (--lock-store db),
+// each language's holders split between them.
 func TestLockCounterAcrossLanguages(t *testing.T) {
 	t.Parallel()
-	srv := startLockServer(t)
+	t.Run("one server", func(t *testing.T) {
+		t.Parallel()
+		srv := startLockServer(t)
+		lockCounter(t, []*lockServer{srv})
+	})
+	t.Run("two servers, db lock store", func(t *testing.T) {
+		t.Parallel()
+		data := t.TempDir()
+		a := startLockServerIn(t, data, "db")
+		b := startLockServerIn(t, data, "db")
+		lockCounter(t, []*lockServer{a, b})
+	})
+}
+
+func lockCounter(t *testing.T, servers []*lockServer) {
 	path := filepath.Join(t.TempDir(), "counter")
 	if err := os.WriteFile(path, []byte("0 0\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -129,8 +151,9 @@ func TestLockCounterAcrossLanguages(t *testing.T) {
 	var wg sync.WaitGroup
 	holders := 0
 	errs := make(chan error, 16)
-	for range 2 {
+	for i := range 2 {
 		holders++
+		srv := servers[i%len(servers)]
 		wg.Go(func() {
 			errs <- goCounter(srv, "shared", key, path, perHolder)
 		})
@@ -143,7 +166,7 @@ func TestLockCounterAcrossLanguages(t *testing.T) {
 			continue
 		}
 		langs++
-		for range 2 {
+		for i := range 2 {
 			holders++
 			var cmd *exec.Cmd
 			if c.dir == "python" {
@@ -152,7 +175,7 @@ func TestLockCounterAcrossLanguages(t *testing.T) {
 				cmd = exec.Command(bin, "tools/holder.js", "counter", "shared", key, path, strconv.Itoa(perHolder))
 			}
 			cmd.Dir = clientDir(t, c.dir)
-			cmd.Env = srv.env()
+			cmd.Env = servers[(i+1)%len(servers)].env()
 			wg.Go(func() {
 				out, err := cmd.CombinedOutput()
 				if err != nil || !strings.Contains(string(out), "done") {
@@ -178,7 +201,7 @@ func TestLockCounterAcrossLanguages(t *testing.T) {
 	if len(parts) != 2 || parts[0] != strconv.Itoa(holders*perHolder) {
 		t.Fatalf("counter file %q after %d holders x %d increments (%d languages)", b, holders, perHolder, langs)
 	}
-	t.Logf("%d holders in %d languages: %d increments, exact", holders, langs, holders*perHolder)
+	t.Logf("%d holders in %d languages on %d servers: %d increments, exact", holders, langs, len(servers), holders*perHolder)
 }
 
 // TestLockKilledClientFreesAfterTTL: a Python or Node holder killed with
@@ -212,6 +235,34 @@ func TestLockKilledClientFreesAfterTTL(t *testing.T) {
 			c.release(l.LeaseID)
 		})
 	}
+}
+
+// TestLockKilledServerFreesAfterTTL: two servers share a database
+// (--lock-store db); the one that granted a lease is killed with SIGKILL;
+// the other's waiter gets the key once the store's lease runs out, with a
+// larger fence.
+func TestLockKilledServerFreesAfterTTL(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	a := startLockServerIn(t, data, "db")
+	b := startLockServerIn(t, data, "db")
+	l, status, err := lockHTTP{a}.acquire("holders", "server-dies", 3000, 0)
+	if err != nil || status != http.StatusCreated {
+		t.Fatalf("acquire on a: %d %v", status, err)
+	}
+	if _, status, err := (lockHTTP{b}).acquire("holders", "server-dies", 3000, 0); err != nil || status != http.StatusLocked {
+		t.Fatalf("b while a holds: %d %v, want 423", status, err)
+	}
+	a.proc.signal(syscall.SIGKILL)
+	a.proc.wait(30 * time.Second)
+	l2, status, err := lockHTTP{b}.acquire("holders", "server-dies", 3000, 30000)
+	if err != nil || status != http.StatusCreated {
+		t.Fatalf("waiter on b: %d %v", status, err)
+	}
+	if l2.Fence <= l.Fence {
+		t.Fatalf("fence %d after the dead server's %d", l2.Fence, l.Fence)
+	}
+	lockHTTP{b}.release(l2.LeaseID)
 }
 
 // TestLockLostLeaseSeenByHolder: a holder stopped (SIGSTOP) past its TTL
