@@ -17,7 +17,8 @@
 //	           expired             lost
 //
 // Keys are scoped per actor: (actor, name, key) maps to one engine key
-// (EngineKey) that no other triple makes.
+// (the engine's named lock Scope(actor, name), with key as its id) that no
+// other triple makes.
 //
 // Acquires are named by a request id: a retry whose answer was lost gets
 // the same lease back instead of taking (and orphaning) a second one.

@@ -236,8 +236,8 @@ func Scope(actor, name string) string {
 	return keyPrefix + actor + "\x00" + name + "\x00"
 }
 
-// EngineKey is the engine key of (actor, name, key).
-func EngineKey(actor, name, key string) string {
+// engineKey is the engine key of (actor, name, key), as named makes it.
+func engineKey(actor, name, key string) string {
 	return locks.KeyOf(Scope(actor, name), key)
 }
 

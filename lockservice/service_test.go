@@ -22,6 +22,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // offset ahead of the real one.
 func newService(t *testing.T, cfg lockservice.Config, offset *atomic.Int64) *lockservice.Service {
 	t.Helper()
+	svc, _ := newServiceEngine(t, cfg, offset)
+	return svc
+}
+
+func newServiceEngine(t *testing.T, cfg lockservice.Config, offset *atomic.Int64) (*lockservice.Service, *locks.Engine) {
+	t.Helper()
 	store := locks.NewMemoryStoreClock(func() time.Time {
 		if offset == nil {
 			return time.Now()
@@ -36,7 +42,7 @@ func newService(t *testing.T, cfg lockservice.Config, offset *atomic.Int64) *loc
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { svc.Close() })
-	return svc
+	return svc, eng
 }
 
 func req(key string, ttl, wait time.Duration) lockservice.Request {
@@ -276,10 +282,10 @@ func TestEngineKeysNeverCollide(t *testing.T) {
 }
 
 // TestLongestKeyFits: the longest actor, name and key make an engine key
-// the engine takes.
+// the engine takes, and it is the key the service holds.
 func TestLongestKeyFits(t *testing.T) {
 	t.Parallel()
-	svc := newService(t, lockservice.Config{}, nil)
+	svc, eng := newServiceEngine(t, lockservice.Config{}, nil)
 	actor := strings.Repeat("é", 100)
 	name := strings.Repeat("n", lockservice.MaxNameLen)
 	key := strings.Repeat("\U0001F512", lockservice.MaxKeyLen)
@@ -289,6 +295,10 @@ func TestLongestKeyFits(t *testing.T) {
 	l, _, err := svc.Acquire(context.Background(), actor, "r", lockservice.Request{Name: name, Key: key, TTL: time.Second})
 	if err != nil {
 		t.Fatalf("acquire the longest key: %v", err)
+	}
+	info, err := eng.Inspect(context.Background(), lockservice.EngineKey(actor, name, key))
+	if err != nil || !info.Held || info.Holders[0].Fence != l.Fence {
+		t.Fatalf("the engine's view of the key: %+v %v, want held at fence %d", info, err, l.Fence)
 	}
 	if _, err := svc.Release(context.Background(), actor, l.ID); err != nil {
 		t.Fatal(err)

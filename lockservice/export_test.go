@@ -1,0 +1,4 @@
+package lockservice
+
+// EngineKey is engineKey, for the tests of the key encoding.
+var EngineKey = engineKey
