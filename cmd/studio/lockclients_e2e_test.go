@@ -70,7 +70,7 @@ func needTool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Skipf("%s is not installed (not on PATH): the %s lock client's tests need it", name, name)
+		t.Skipf("%s is not on PATH: the lock client tests that run under %s are skipped", name, name)
 	}
 	return p
 }
@@ -117,6 +117,16 @@ func TestLockClients(t *testing.T) {
 			}
 			return nil
 		}, node, "--test")
+	})
+	t.Run("bun test", func(t *testing.T) {
+		t.Parallel()
+		bun := needTool(t, "bun")
+		runSuite(t, srv, clientDir(t, "typescript"), func(out string) error {
+			if !strings.Contains(out, " 0 fail") || strings.Contains(out, "(skip)") || strings.Contains(out, " 0 pass") {
+				return fmt.Errorf("not every test ran and passed")
+			}
+			return nil
+		}, bun, "test", "./test/locks.test.js")
 	})
 }
 
