@@ -31,6 +31,7 @@ export class LockError extends Error {
 
 /** The key was not free within the wait (423). */
 export class LockTimeoutError extends LockError {
+  /** @param {number} status @param {string} detail */
   constructor(status, detail) {
     super(status, detail);
     this.name = "LockTimeoutError";
@@ -39,6 +40,7 @@ export class LockTimeoutError extends LockError {
 
 /** The lease ended before its holder was done. */
 export class LeaseLostError extends LockError {
+  /** @param {number} status @param {string} detail */
   constructor(status, detail) {
     super(status, detail);
     this.name = "LeaseLostError";
@@ -60,7 +62,7 @@ export class LockClient {
   /** A client for $STUDIO_URL with the token $STUDIO_TOKEN. */
   static fromEnv() {
     const env = globalThis.process?.env ?? {};
-    return new LockClient({ url: env.STUDIO_URL, token: env.STUDIO_TOKEN });
+    return new LockClient({ url: env.STUDIO_URL ?? "", token: env.STUDIO_TOKEN ?? "" });
   }
 
   /**
@@ -80,6 +82,7 @@ export class LockClient {
    * @returns {Promise<any>}
    */
   async call(method, path, body, timeoutMs) {
+    /** @type {Record<string, string>} */
     const headers = { Authorization: `Bearer ${this.token}`, Accept: "application/json" };
     let data;
     if (body !== undefined) {
@@ -95,7 +98,7 @@ export class LockClient {
         signal: AbortSignal.timeout(timeoutMs ?? this.timeoutMs),
       });
     } catch (e) {
-      throw new LockError(0, `${method} ${path}: ${e?.message ?? e}`);
+      throw new LockError(0, `${method} ${path}: ${e instanceof Error ? e.message : e}`);
     }
     const text = await resp.text().catch(() => "");
     if (!resp.ok) {
@@ -202,6 +205,11 @@ export class NamedLock {
     return this.client.call("GET", `/v1/locks/inspect?${q}`, undefined);
   }
 
+  /**
+   * @param {string} requestId @param {string} key @param {number} ttlMs
+   * @param {number} waitMs @param {number} limit
+   * @returns {Promise<Lease>}
+   */
   async #acquire(requestId, key, ttlMs, waitMs, limit) {
     const body = { request_id: requestId, name: this.name, key, ttl_ms: ttlMs, wait_ms: waitMs, limit };
     let delay = 50;
@@ -231,10 +239,12 @@ export class Lease {
   #client;
   #id;
   #controller = new AbortController();
-  #timer = null;
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
+  #timer = undefined;
   #deadline;
   #released = false;
   #paused = false;
+  /** @type {Promise<void> | null} */
   #renewing = null;
 
   /** @param {LockClient} client @param {any} doc */
@@ -267,12 +277,14 @@ export class Lease {
     if (this.lost) throw this.#controller.signal.reason;
   }
 
+  /** @param {number} status @param {string} detail */
   #lose(status, detail) {
     if (!this.#controller.signal.aborted) this.#controller.abort(new LeaseLostError(status, detail));
     clearTimeout(this.#timer);
-    this.#timer = null;
+    this.#timer = undefined;
   }
 
+  /** @param {number} ms */
   #schedule(ms) {
     this.#timer = setTimeout(() => {
       this.#renewing = this.#renewOnce().then((ok) => {
@@ -310,7 +322,7 @@ export class Lease {
   _stopRenewing() {
     this.#paused = true;
     clearTimeout(this.#timer);
-    this.#timer = null;
+    this.#timer = undefined;
   }
 
   /** Renews once now (tests use it after a pause). */
@@ -326,7 +338,7 @@ export class Lease {
     if (this.#released) return;
     this.#released = true;
     clearTimeout(this.#timer);
-    this.#timer = null;
+    this.#timer = undefined;
     if (this.#renewing) await this.#renewing;
     try {
       await this.#client.call("POST", "/v1/locks/release", { lease_id: this.#id });
