@@ -507,3 +507,50 @@ func incrementFile(path string, fence int64) error {
 	time.Sleep(time.Millisecond) // widen the window a lost update needs
 	return os.WriteFile(path, fmt.Appendf(nil, "%d %d\n", count+1, fence), 0o600)
 }
+
+// TestLockShutdown: on SIGTERM a waiting acquire answers 503 at once
+// instead of holding the shutdown up for its wait, a held lease ends, and
+// the server exits 0.
+func TestLockShutdown(t *testing.T) {
+	t.Parallel()
+	srv := startLockServer(t)
+	c := lockHTTP{srv}
+	if _, status, err := c.acquire("holders", "shutdown", 30000, 0); err != nil || status != http.StatusCreated {
+		t.Fatalf("acquire: %d %v", status, err)
+	}
+	waiter := make(chan int, 1)
+	go func() {
+		_, status, err := c.acquire("holders", "shutdown", 30000, 60000)
+		if err != nil {
+			t.Logf("waiter: %v", err)
+		}
+		waiter <- status
+	}()
+	for c.inspectWaiters(t, "shutdown") == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	srv.proc.signal(syscall.SIGTERM)
+	select {
+	case status := <-waiter:
+		if status != http.StatusServiceUnavailable {
+			t.Fatalf("waiting acquire on shutdown: %d, want 503", status)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiting acquire was not answered on shutdown")
+	}
+	if code := srv.proc.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+}
+
+func (c lockHTTP) inspectWaiters(t *testing.T, key string) int {
+	t.Helper()
+	var info struct {
+		Waiters int `json:"waiters"`
+	}
+	q := url.Values{"name": {"holders"}, "key": {key}}
+	if _, err := c.client().do(context.Background(), http.MethodGet, "/v1/locks/inspect?"+q.Encode(), nil, &info); err != nil {
+		t.Fatal(err)
+	}
+	return info.Waiters
+}
