@@ -17,6 +17,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"studio/locks"
+	"studio/locks/sqlitelock"
+	"studio/lockservice"
 )
 
 // The lock clients' tests: a real `studio serve`, the Python client's
@@ -147,11 +151,23 @@ func TestLockCounterAcrossLanguages(t *testing.T) {
 		data := t.TempDir()
 		a := startLockServerIn(t, data, "db")
 		b := startLockServerIn(t, data, "db")
-		lockCounter(t, []*lockServer{a, b})
+		// Besides the HTTP holders, Go holders that use the locks package
+		// directly on the same database, on the engine key the servers
+		// make of (actor, name, key).
+		ls, err := sqlitelock.Open(context.Background(), filepath.Join(data, "studio.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ls.Close() })
+		eng := locks.New(ls)
+		t.Cleanup(func() { eng.Close() })
+		lockCounter(t, []*lockServer{a, b}, eng.Lock(lockservice.Scope("local", "shared")))
 	})
 }
 
-func lockCounter(t *testing.T, servers []*lockServer) {
+// lockCounter runs the counter with holders spread over the servers and,
+// when direct is set, two more holders that hold direct's key in-process.
+func lockCounter(t *testing.T, servers []*lockServer, direct ...*locks.Lock) {
 	path := filepath.Join(t.TempDir(), "counter")
 	if err := os.WriteFile(path, []byte("0 0\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -160,13 +176,30 @@ func lockCounter(t *testing.T, servers []*lockServer) {
 	key := "counter-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	var wg sync.WaitGroup
 	holders := 0
-	errs := make(chan error, 16)
+	errs := make(chan error, 32)
 	for i := range 2 {
 		holders++
 		srv := servers[i%len(servers)]
 		wg.Go(func() {
 			errs <- goCounter(srv, "shared", key, path, perHolder)
 		})
+	}
+	for _, l := range direct {
+		for range 2 {
+			holders++
+			wg.Go(func() {
+				for range perHolder {
+					err := l.Hold(context.Background(), key, func(ctx context.Context, lease *locks.Lease) error {
+						return incrementFile(path, lease.Fence())
+					}, locks.TTL(10*time.Second), locks.Wait(2*time.Minute))
+					if err != nil {
+						errs <- fmt.Errorf("engine holder: %w", err)
+						return
+					}
+				}
+				errs <- nil
+			})
+		}
 	}
 	langs := 1
 	for _, c := range []struct{ tool, dir string }{{"python3", "python"}, {"node", "typescript"}} {
@@ -211,7 +244,7 @@ func lockCounter(t *testing.T, servers []*lockServer) {
 	if len(parts) != 2 || parts[0] != strconv.Itoa(holders*perHolder) {
 		t.Fatalf("counter file %q after %d holders x %d increments (%d languages)", b, holders, perHolder, langs)
 	}
-	t.Logf("%d holders in %d languages on %d servers: %d increments, exact", holders, langs, len(servers), holders*perHolder)
+	t.Logf("%d holders in %d languages on %d servers (%d in-process on the store): %d increments, exact", holders, langs, len(servers), 2*len(direct), holders*perHolder)
 }
 
 // TestLockKilledClientFreesAfterTTL: a Python or Node holder killed with
