@@ -52,6 +52,13 @@ type lockInfo struct {
 // the tokens of alice and bob.
 func newLockHarness(t *testing.T) *harness {
 	t.Helper()
+	return newLockHarnessConfig(t, lockservice.Config{})
+}
+
+// newLockHarnessConfig is newLockHarness with the lock service's config
+// (its engine is set here).
+func newLockHarnessConfig(t *testing.T, cfg lockservice.Config) *harness {
+	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "studio.db")})
 	if err != nil {
@@ -60,7 +67,8 @@ func newLockHarness(t *testing.T) *harness {
 	t.Cleanup(func() { st.Close() })
 	eng := locks.New(locks.NewMemoryStore())
 	t.Cleanup(func() { eng.Close() })
-	svc, err := lockservice.New(lockservice.Config{Engine: eng})
+	cfg.Engine = eng
+	svc, err := lockservice.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,4 +507,20 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestLocksTooMany: past the leases an actor may hold or wait for, an
+// acquire is 429; other actors go on.
+func TestLocksTooMany(t *testing.T) {
+	t.Parallel()
+	h := newLockHarnessConfig(t, lockservice.Config{MaxPerActor: 2})
+	a := h.acquire(t, "alice", "m1", "m1", 0)
+	h.acquire(t, "alice", "m2", "m2", 0)
+	p := wantProblem(t, h.lockCall("alice", "acquire", acquireJSON("m3", "jobs", "m3", 30000, 0, 0)), http.StatusTooManyRequests)
+	if !strings.Contains(p.Detail, "release some") {
+		t.Errorf("429 detail %q", p.Detail)
+	}
+	h.acquire(t, "bob", "m3", "m3", 0)
+	h.lockCall("alice", "release", leaseJSON(a.LeaseID))
+	h.acquire(t, "alice", "m3", "m3", 0)
 }
