@@ -524,3 +524,43 @@ func TestLocksTooMany(t *testing.T) {
 	h.lockCall("alice", "release", leaseJSON(a.LeaseID))
 	h.acquire(t, "alice", "m3", "m3", 0)
 }
+
+// TestLocksWaitersFIFO: acquires waiting on one server get the key in the
+// order they came.
+func TestLocksWaitersFIFO(t *testing.T) {
+	t.Parallel()
+	h := newLockHarness(t)
+	first := h.acquire(t, "alice", "fifo-0", "fifo", 0)
+	const n = 6
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := 1; i <= n; i++ {
+		wg.Go(func() {
+			w := h.lockCall("alice", "acquire", acquireJSON(fmt.Sprint("fifo-", i), "jobs", "fifo", 30000, 60000, 0))
+			if w.Code != http.StatusCreated {
+				t.Errorf("waiter %d: %d %s", i, w.Code, w.Body)
+				return
+			}
+			l := decode[lockLease](t, w)
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			h.lockCall("alice", "release", leaseJSON(l.LeaseID))
+		})
+		// The next comes only once this one waits.
+		waitFor(t, func() bool { return h.inspect(t, "alice", "fifo", 0).Waiters == i })
+	}
+	h.lockCall("alice", "release", leaseJSON(first.LeaseID))
+	wg.Wait()
+	for i, got := range order {
+		if got != i+1 {
+			t.Fatalf("grant order %v, want 1..%d", order, n)
+		}
+	}
+	if len(order) != n {
+		t.Fatalf("%d of %d waiters got the key", len(order), n)
+	}
+}
