@@ -57,7 +57,14 @@ func newLockHarness(t *testing.T) *harness {
 
 // newLockHarnessConfig is newLockHarness with the lock service's config
 // (its engine is set here).
-func newLockHarnessConfig(t *testing.T, cfg lockservice.Config) *harness {
+func newLockHarnessConfig(t testing.TB, cfg lockservice.Config) *harness {
+	t.Helper()
+	h, _, _ := newLockHarnessParts(t, cfg)
+	return h
+}
+
+// newLockHarnessParts also returns the lock service and its engine.
+func newLockHarnessParts(t testing.TB, cfg lockservice.Config) (*harness, *lockservice.Service, *locks.Engine) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "studio.db")})
@@ -94,7 +101,7 @@ func newLockHarnessConfig(t *testing.T, cfg lockservice.Config) *harness {
 		}
 		h.tokens[actor] = tok
 	}
-	return h
+	return h, svc, eng
 }
 
 func jsonHeader() http.Header { return http.Header{"Content-Type": {"application/json"}} }
