@@ -3,6 +3,7 @@ package locks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -326,5 +327,23 @@ func TestWaitZeroAgreesWithTryHold(t *testing.T) {
 				t.Fatalf("Hold(Wait(0)) on a taken key: %v, want a *TimeoutError with Wait 0", err)
 			}
 		})
+	}
+}
+
+// TestLeaseExpires: a lease's local expiry is its TTL after the
+// acquisition was sent, and moves on with renewals.
+func TestLeaseExpires(t *testing.T) {
+	e := New(NewMemoryStore(), TTL(2*time.Second))
+	defer e.Close()
+	err := e.Hold(t.Context(), "k", func(ctx context.Context, l *Lease) error {
+		first := l.Expires()
+		if left := time.Until(first); left <= 0 || left > 2*time.Second {
+			return fmt.Errorf("Expires in %v, want within the TTL of 2s", left)
+		}
+		waitFor(t, "a renewal", func() bool { return l.Expires().After(first) })
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -22,7 +22,7 @@ type MemoryStore struct {
 	now func() time.Time
 
 	mu        sync.Mutex
-	locks     map[string]memLease
+	locks     map[string]*memLease           // released and expired entries stay until a sweep
 	slots     map[string]map[string]memLease // key -> owner -> slot
 	fence     int64
 	swept     int // size of the maps after the last sweep
@@ -47,7 +47,7 @@ func NewMemoryStore() *MemoryStore { return NewMemoryStoreClock(time.Now) }
 func NewMemoryStoreClock(now func() time.Time) *MemoryStore {
 	return &MemoryStore{
 		now:   now,
-		locks: make(map[string]memLease),
+		locks: make(map[string]*memLease),
 		slots: make(map[string]map[string]memLease),
 	}
 }
@@ -70,15 +70,20 @@ func (m *MemoryStore) Acquire(ctx context.Context, key, owner string, ttl time.D
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	if cur, ok := m.locks[key]; ok && cur.live(now) {
+	cur := m.locks[key]
+	if cur != nil && cur.live(now) {
 		return 0, false, nil
 	}
 	f, err := m.nextFence(now)
 	if err != nil {
 		return 0, false, fmt.Errorf("acquire: %w", err)
 	}
-	m.locks[key] = memLease{owner: owner, fence: f, expires: now.Add(ttl)}
-	m.sweep(now)
+	if cur == nil {
+		m.sweep(now) // before the new entry, which is not live yet
+		cur = &memLease{}
+		m.locks[key] = cur
+	}
+	*cur = memLease{owner: owner, fence: f, expires: now.Add(ttl)}
 	return f, true, nil
 }
 
@@ -90,12 +95,11 @@ func (m *MemoryStore) Renew(ctx context.Context, key, owner string, ttl time.Dur
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	cur, ok := m.locks[key]
-	if !ok || cur.owner != owner || !cur.live(now) {
+	cur := m.locks[key]
+	if cur == nil || cur.owner != owner || !cur.live(now) {
 		return false, nil
 	}
 	cur.expires = now.Add(ttl)
-	m.locks[key] = cur
 	return true, nil
 }
 
@@ -106,12 +110,13 @@ func (m *MemoryStore) Release(ctx context.Context, key, owner string) (bool, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cur, ok := m.locks[key]
-	if !ok || cur.owner != owner {
+	cur := m.locks[key]
+	if cur == nil || cur.owner != owner {
 		return false, nil
 	}
-	delete(m.locks, key)
-	return cur.live(m.now()), nil
+	live := cur.live(m.now())
+	*cur = memLease{} // free; the entry stays for the key's next holder
+	return live, nil
 }
 
 // AcquireSlot implements Store.
@@ -148,11 +153,11 @@ func (m *MemoryStore) AcquireSlot(ctx context.Context, key, owner string, limit 
 		return 0, false, fmt.Errorf("acquire slot: %w", err)
 	}
 	if held == nil {
+		m.sweep(now) // before the new map, which is empty
 		held = make(map[string]memLease)
 		m.slots[key] = held
 	}
 	held[owner] = memLease{owner: owner, fence: f, expires: now.Add(ttl), limit: limit}
-	m.sweep(now)
 	return f, true, nil
 }
 
@@ -185,10 +190,7 @@ func (m *MemoryStore) ReleaseSlot(ctx context.Context, key, owner string) (bool,
 	if !ok {
 		return false, nil
 	}
-	delete(held, owner)
-	if len(held) == 0 {
-		delete(m.slots, key)
-	}
+	delete(held, owner) // an empty map stays for the key's next holder, until a sweep
 	return cur.live(m.now()), nil
 }
 
@@ -201,7 +203,7 @@ func (m *MemoryStore) Inspect(ctx context.Context, key string) (KeyState, error)
 	defer m.mu.Unlock()
 	now := m.now()
 	st := KeyState{Now: now}
-	if cur, ok := m.locks[key]; ok && cur.live(now) {
+	if cur := m.locks[key]; cur != nil && cur.live(now) {
 		st.Holders = []Holder{{Fence: cur.fence, Expires: cur.expires, Left: cur.expires.Sub(now)}}
 	}
 	return st, nil
@@ -253,9 +255,24 @@ func (m *MemoryStore) sweep(now time.Time) {
 	}
 }
 
-// len reports how many live and expired entries the store keeps, for tests.
+// len reports how many locks and semaphore keys have live leases, for
+// tests.
 func (m *MemoryStore) len() (locks, slots int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.locks), len(m.slots)
+	now := m.now()
+	for _, l := range m.locks {
+		if l.live(now) {
+			locks++
+		}
+	}
+	for _, held := range m.slots {
+		for _, s := range held {
+			if s.live(now) {
+				slots++
+				break
+			}
+		}
+	}
+	return locks, slots
 }

@@ -33,6 +33,17 @@ func defaultSettings() settings {
 }
 
 func (s settings) with(opts []Option) settings {
+	if len(opts) == 0 {
+		return s
+	}
+	return s.apply(opts)
+}
+
+// apply is with's slow path: s escapes to the options, so it is apart
+// from with, which copies settings without an allocation.
+//
+//go:noinline
+func (s settings) apply(opts []Option) settings {
 	for _, o := range opts {
 		if o != nil {
 			o(&s)

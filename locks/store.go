@@ -24,8 +24,8 @@ const (
 )
 
 // Store keeps leases where every process that must agree on them can see
-// them. Implementations: MemoryStore (one process), the SQLite lock store in
-// studio's store/sqlite, and any store that passes lockstest.Run.
+// them. Implementations: MemoryStore (one process), sqlitelock.Store and
+// pglock.Store (across processes), and any store that passes lockstest.Run.
 //
 // The store's clock alone decides expiry: a lease acquired or renewed with
 // ttl at store time t lives while the store's time is before t+ttl. An

@@ -126,3 +126,45 @@ func TestOpensStudioSchema(t *testing.T) {
 		return &lockstest.Fixture{Store: ls, Clock: clock}
 	})
 }
+
+// TestCloseCancelsHungAcquire: another session holds the key's advisory
+// lock in an open transaction, so the store's acquisition waits on the
+// server (as on a hung connection); Close cancels it and returns, and the
+// hold answers ErrClosed.
+func TestCloseCancelsHungAcquire(t *testing.T) {
+	t.Parallel()
+	schema := testSchema(t)
+	ls := openLockDB(t, testURL(t), schema)
+	ctx := t.Context()
+	tx, err := ls.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, keyLockSQL, lockKey("studio.lock:"+schema+":k")); err != nil {
+		t.Fatal(err)
+	}
+	e := locks.New(ls)
+	done := make(chan error, 1)
+	go func() {
+		done <- e.Hold(context.Background(), "k", func(context.Context, *locks.Lease) error {
+			t.Error("fn ran")
+			return nil
+		})
+	}()
+	// Wait until the acquisition waits on the advisory lock.
+	for {
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.Close() // returns only if the waiting statement was canceled
+	if err := <-done; !errors.Is(err, locks.ErrClosed) {
+		t.Fatalf("Hold: %v, want ErrClosed", err)
+	}
+}

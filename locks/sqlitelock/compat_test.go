@@ -137,3 +137,45 @@ func ExampleOpen() {
 	// Output:
 	// held: true fence matches: true lease ends within 10 s: true
 }
+
+// TestCloseCancelsBusyAcquire: another connection holds the file's write
+// lock, so the store's acquisition waits in SQLite's busy handler (up to
+// BusyTimeout, 10 s); Close cancels it and returns, and the hold answers
+// ErrClosed.
+func TestCloseCancelsBusyAcquire(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locks.db")
+	ls := openLockDB(t, path)
+	other, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(t.Context(), `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(context.Background(), `ROLLBACK`)
+	e := locks.New(ls)
+	asking := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		close(asking)
+		done <- e.Hold(context.Background(), "k", func(context.Context, *locks.Lease) error {
+			t.Error("fn ran while another connection held the write lock")
+			return nil
+		})
+	}()
+	<-asking
+	time.Sleep(50 * time.Millisecond) // let it reach the busy handler
+	start := time.Now()
+	e.Close()
+	took := time.Since(start)
+	if err := <-done; !errors.Is(err, locks.ErrClosed) {
+		t.Fatalf("Hold: %v, want ErrClosed", err)
+	}
+	t.Logf("Close returned after %v with an acquisition waiting on a busy database", took)
+}
