@@ -106,11 +106,12 @@ class LocksTest(unittest.TestCase):
 
     def test_renewal_keeps_the_lease_past_its_ttl(self):
         key = fresh_key("renew")
-        with self.locks.hold("py", key, ttl=1) as lease:
-            time.sleep(2.5)
+        # Renewed every ttl/3: a TTL of 2 s leaves room for a loaded machine.
+        with self.locks.hold("py", key, ttl=2) as lease:
+            time.sleep(4.5)
             self.assertFalse(lease.lost.is_set(), lease.lost_reason)
             self.assertTrue(self.locks.inspect("py", key).held)
-            self.assertIsNone(self.locks.try_hold("py", key, ttl=1))
+            self.assertIsNone(self.locks.try_hold("py", key, ttl=2))
 
     def test_lease_lost_when_renewals_stop(self):
         key = fresh_key("lost")
