@@ -134,10 +134,6 @@ func (m *Main) startHTTP(deps *deps) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
 	}
-	if deps.lockAPI != nil {
-		// Held locks and waiting acquires end as shutdown begins.
-		m.server.RegisterOnShutdown(func() { _ = deps.lockAPI.Close() })
-	}
 	go func() {
 		if err := m.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.Logger.Error("http server stopped", "err", err)
@@ -149,6 +145,11 @@ func (m *Main) startHTTP(deps *deps) error {
 		}
 		return nil
 	})
+	if deps.lockAPI != nil {
+		// Held locks and waiting acquires end as shutdown begins, so that
+		// a long wait does not hold the shutdown up.
+		m.server.RegisterOnShutdown(func() { _ = deps.lockAPI.Close() })
+	}
 	m.Logger.Info("serving", "addr", ln.Addr().String(), "mode", m.Mode, "workers", m.Config.Workers,
 		"database", m.databaseName())
 	return nil

@@ -68,11 +68,13 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	if d.pubs, err = m.buildPublications(d); err != nil {
 		return nil, err
 	}
+	if m.Mode == modeServe {
+		if d.lockAPI, err = m.buildLockAPI(d); err != nil {
+			return nil, err
+		}
+	}
 	if m.Mode != modeServe {
 		return d, nil
-	}
-	if d.lockAPI, err = m.buildLockAPI(d); err != nil {
-		return nil, err
 	}
 	srv, err := httpapi.New(httpapi.Config{
 		Generations:  loggedService{d.service, m.Logger},
