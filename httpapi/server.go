@@ -177,13 +177,13 @@ func (s *Server) routes() *chi.Mux {
 		r.Post("/batches/{id}/cancel", s.cancelBatch)
 		r.Get("/assets/{id}", s.getAsset)
 		r.Get("/assets/{id}/content", s.getAssetContent)
-		r.Post("/uploads", s.createUpload)
-		r.Post("/publications", s.createPublication)
-		r.Get("/publications/{id}", s.getPublication)
 		r.Post("/locks/acquire", s.acquireLock)
 		r.Post("/locks/renew", s.renewLock)
 		r.Post("/locks/release", s.releaseLock)
 		r.Get("/locks/inspect", s.inspectLock)
+		r.Post("/uploads", s.createUpload)
+		r.Post("/publications", s.createPublication)
+		r.Get("/publications/{id}", s.getPublication)
 	})
 	return r
 }
