@@ -142,6 +142,27 @@ class LocksTest(unittest.TestCase):
                 lease._renew_once()
                 self.assertTrue(lease.lost.wait(5))
 
+    def test_lost_answer_is_retried_with_the_same_request_id(self):
+        key = fresh_key("lost-answer")
+        locks = Locks(URL, TOKEN)
+        real = locks._call
+        granted = []
+
+        def flaky(method, path, body, timeout=None):
+            doc = real(method, path, body, timeout)
+            if path == "/v1/locks/acquire" and not granted:
+                granted.append(doc)
+                raise LockError(0, "connection reset")  # the answer is lost on the way
+            return doc
+
+        locks._call = flaky
+        with locks.hold("py", key, ttl=5) as lease:
+            # The retry got the lease the server had granted, not a second one.
+            self.assertEqual(lease._id, granted[0]["lease_id"])
+            self.assertEqual(lease.fence, granted[0]["fence"])
+            self.assertEqual(len(locks.inspect("py", key).holders), 1)
+        self.assertFalse(locks.inspect("py", key).held)
+
     def test_semaphore(self):
         key = fresh_key("sem")
         a = self.locks.try_hold("py", key, ttl=5, limit=2)
