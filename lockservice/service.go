@@ -236,11 +236,6 @@ func Scope(actor, name string) string {
 	return keyPrefix + actor + "\x00" + name + "\x00"
 }
 
-// engineKey is the engine key of (actor, name, key), as named makes it.
-func engineKey(actor, name, key string) string {
-	return locks.KeyOf(Scope(actor, name), key)
-}
-
 // named is the engine's named lock (or semaphore) of actor's name.
 func (s *Service) named(actor, name string, limit int) *locks.Lock {
 	if limit == 0 {
