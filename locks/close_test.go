@@ -97,7 +97,9 @@ func TestCloseCancelsRenewalInFlight(t *testing.T) {
 		<-ctx.Done()
 		return false, ctx.Err()
 	}
-	e := New(h, TTL(30*time.Millisecond))
+	// Renewals start a third of the TTL in; a long TTL keeps a loaded
+	// machine from losing the lease before the first one starts.
+	e := New(h, TTL(3*time.Second))
 	done := make(chan error, 1)
 	go func() {
 		done <- e.Hold(context.Background(), "k", func(ctx context.Context, _ *Lease) error {
@@ -105,7 +107,11 @@ func TestCloseCancelsRenewalInFlight(t *testing.T) {
 			return nil
 		})
 	}()
-	<-renewing
+	select {
+	case <-renewing:
+	case err := <-done:
+		t.Fatalf("Hold returned before its first renewal: %v", err)
+	}
 	closeNow(t, e)
 	<-done
 	assertIdle(t, e, m)

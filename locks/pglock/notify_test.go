@@ -95,8 +95,18 @@ func TestWithoutNotifyPolls(t *testing.T) {
 		go func() {
 			got <- waiter.Hold(ctx, "k", func(context.Context, *locks.Lease) error { return nil }, locks.Wait(time.Second))
 		}()
-		time.Sleep(100 * time.Millisecond)
-		return nil
+		// Release only once the waiter waits: it must learn of it by
+		// polling, and its poll is an hour away.
+		for {
+			info, err := waiter.Inspect(ctx, "k")
+			if err != nil {
+				return err
+			}
+			if info.Waiters == 1 {
+				return nil
+			}
+			time.Sleep(time.Millisecond)
+		}
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +151,8 @@ func TestCloseCancelsHungAcquire(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx.Exec(ctx, keyLockSQL, lockKey("studio.lock:"+schema+":k")); err != nil {
+	key := lockKey("studio.lock:" + schema + ":k")
+	if _, err := tx.Exec(ctx, keyLockSQL, key); err != nil {
 		t.Fatal(err)
 	}
 	e := locks.New(ls)
@@ -155,7 +166,9 @@ func TestCloseCancelsHungAcquire(t *testing.T) {
 	// Wait until the acquisition waits on the advisory lock.
 	for {
 		var n int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&n); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND NOT granted`,
+			int64(uint64(key)>>32), int64(uint32(key))).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {

@@ -170,7 +170,7 @@ func TestCloseCancelsBusyAcquire(t *testing.T) {
 		})
 	}()
 	<-asking
-	time.Sleep(50 * time.Millisecond) // let it reach the busy handler
+	time.Sleep(200 * time.Millisecond) // let it reach the busy handler
 	start := time.Now()
 	e.Close()
 	took := time.Since(start)
