@@ -563,6 +563,7 @@ func TestLockShutdown(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	srv.proc.signal(syscall.SIGTERM)
+	sent := time.Now()
 	select {
 	case status := <-waiter:
 		if status != http.StatusServiceUnavailable {
@@ -571,9 +572,11 @@ func TestLockShutdown(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the waiting acquire was not answered on shutdown")
 	}
+	answered := time.Since(sent)
 	if code := srv.proc.wait(30 * time.Second); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
+	t.Logf("after SIGTERM: the waiter answered in %v, the process exited in %v", answered.Round(time.Millisecond), time.Since(sent).Round(time.Millisecond))
 }
 
 func (c lockHTTP) inspectWaiters(t *testing.T, key string) int {
