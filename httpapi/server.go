@@ -61,6 +61,8 @@ type Config struct {
 	// Publications runs POST /v1/publications and GET
 	// /v1/publications/{id}; without it they answer 503.
 	Publications Publications
+	// Locks serves /v1/locks/; without it those routes answer 503.
+	Locks Locks
 	// Logger receives one line per request and the details of internal
 	// errors; slog.Default() when nil.
 	Logger *slog.Logger
@@ -97,6 +99,7 @@ type Server struct {
 	uploads   Uploads
 	uploadDir string
 	pubs      Publications
+	locks     Locks
 	log       *slog.Logger
 	limits    Limits
 	metrics   http.Handler
@@ -131,6 +134,7 @@ func New(cfg Config) (*Server, error) {
 		uploads:   cfg.Uploads,
 		uploadDir: cfg.UploadDir,
 		pubs:      cfg.Publications,
+		locks:     cfg.Locks,
 		log:       cfg.Logger,
 		limits:    cfg.Limits,
 		metrics:   cfg.Metrics,
@@ -173,6 +177,10 @@ func (s *Server) routes() *chi.Mux {
 		r.Post("/batches/{id}/cancel", s.cancelBatch)
 		r.Get("/assets/{id}", s.getAsset)
 		r.Get("/assets/{id}/content", s.getAssetContent)
+		r.Post("/locks/acquire", s.acquireLock)
+		r.Post("/locks/renew", s.renewLock)
+		r.Post("/locks/release", s.releaseLock)
+		r.Get("/locks/inspect", s.inspectLock)
 		r.Post("/uploads", s.createUpload)
 		r.Post("/publications", s.createPublication)
 		r.Get("/publications/{id}", s.getPublication)

@@ -145,6 +145,11 @@ func (m *Main) startHTTP(deps *deps) error {
 		}
 		return nil
 	})
+	if deps.lockAPI != nil {
+		// Held locks and waiting acquires end as shutdown begins, so that
+		// a long wait does not hold the shutdown up.
+		m.server.RegisterOnShutdown(func() { _ = deps.lockAPI.Close() })
+	}
 	m.Logger.Info("serving", "addr", ln.Addr().String(), "mode", m.Mode, "workers", m.Config.Workers,
 		"database", m.databaseName())
 	return nil

@@ -12,6 +12,7 @@ import (
 	"studio/locks"
 	"studio/locks/pglock"
 	"studio/locks/sqlitelock"
+	"studio/lockservice"
 	"studio/metrics"
 	"studio/planner"
 	"studio/store/postgres"
@@ -26,6 +27,7 @@ type deps struct {
 	service *intent.Service
 	metrics *metrics.Metrics
 	pubs    *pubDeps
+	lockAPI *lockservice.Service
 	handler http.Handler
 }
 
@@ -66,6 +68,11 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	if d.pubs, err = m.buildPublications(d); err != nil {
 		return nil, err
 	}
+	if m.Mode == modeServe {
+		if d.lockAPI, err = m.buildLockAPI(d); err != nil {
+			return nil, err
+		}
+	}
 	if m.Mode != modeServe {
 		return d, nil
 	}
@@ -75,6 +82,7 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		Blobs:        m.blobs,
 		Uploads:      d.pubs.uploads,
 		Publications: d.service,
+		Locks:        d.lockAPI,
 		Logger:       m.Logger,
 		Metrics:      d.metrics.Handler(),
 		Observe:      observeRequests(d.metrics),
