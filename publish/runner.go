@@ -29,13 +29,16 @@ const (
 	DefaultPollMax     = time.Second
 )
 
+// Outcome is how one try of an item ended, for Config.Observe.
+type Outcome string
+
 // Outcomes passed to Config.Observe, one per try of an item.
 const (
-	OutcomeSucceeded = "succeeded" // the item is done
-	OutcomeRetry     = "retry"     // it failed and waits for another attempt
-	OutcomeFailed    = "failed"    // it failed for good
-	OutcomeLost      = "lost"      // the lease was lost: nothing recorded
-	OutcomeReleased  = "released"  // handed back by a stopping runner
+	OutcomeSucceeded Outcome = "succeeded" // the item is done
+	OutcomeRetry     Outcome = "retry"     // it failed and waits for another attempt
+	OutcomeFailed    Outcome = "failed"    // it failed for good
+	OutcomeLost      Outcome = "lost"      // the lease was lost: nothing recorded
+	OutcomeReleased  Outcome = "released"  // handed back by a stopping runner
 )
 
 // Store is what a Runner needs of the store: store.PublicationStore has it.
@@ -43,7 +46,7 @@ type Store interface {
 	ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.ClaimedItem, error)
 	RenewItemLeases(ctx context.Context, p store.ItemRenewParams) (store.ItemRenewResult, error)
 	CompleteItems(ctx context.Context, leases []store.ItemLease) ([]error, error)
-	FailItem(ctx context.Context, f store.ItemFailure) (string, error)
+	FailItem(ctx context.Context, f store.ItemFailure) (intent.State, error)
 	ReleaseItems(ctx context.Context, leases []store.ItemLease) ([]error, error)
 }
 
@@ -73,7 +76,7 @@ type Config struct {
 	// Owner names this runner's leases; random by default.
 	Owner string
 	// Observe, when set, is told the outcome of every try (for metrics).
-	Observe func(channel, outcome string)
+	Observe func(channel string, outcome Outcome)
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -318,7 +321,7 @@ func (r *run) runItem(ctx context.Context, h *held, it store.ClaimedItem) {
 	// The store calls below must run even when the item was canceled.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseTTL)
 	defer cancel()
-	outcome := ""
+	var outcome Outcome
 	switch {
 	case lost:
 		outcome = OutcomeLost

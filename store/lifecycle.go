@@ -18,7 +18,7 @@ func OutOfAttempts(used, maxAttempts int) bool {
 // StateAfterFailure is where a child goes when its try failed: canceled
 // when its parent was asked to cancel, failed when the error is permanent
 // or the attempts are used up, queued again (after a backoff) otherwise.
-func StateAfterFailure(canceling, permanent bool, used, maxAttempts int) string {
+func StateAfterFailure(canceling, permanent bool, used, maxAttempts int) intent.State {
 	switch {
 	case canceling:
 		return intent.StateCanceled

@@ -12,7 +12,7 @@ func TestStateAfterFailure(t *testing.T) {
 		name                 string
 		canceling, permanent bool
 		used, maxAttempts    int
-		want                 string
+		want                 intent.State
 	}{
 		{"transient, attempts left", false, false, 2, 5, intent.StateQueued},
 		{"transient, last attempt used", false, false, 5, 5, intent.StateFailed},

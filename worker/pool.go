@@ -43,14 +43,18 @@ const (
 	StepWaited = "waited"
 )
 
+// Outcome is how one attempt at a task ended, for Config.Observe. Its
+// values are the metric label values of studio_attempts_total.
+type Outcome string
+
 // Outcomes of an attempt, for Config.Observe.
 const (
-	OutcomeSucceeded = "succeeded" // the result was recorded
-	OutcomeRetried   = "retried"   // failed, queued again after a backoff
-	OutcomeFailed    = "failed"    // failed for good (permanent, or the last attempt)
-	OutcomeCanceled  = "canceled"  // the batch was canceled while it ran
-	OutcomeReleased  = "released"  // handed back by the pool stopping
-	OutcomeLost      = "lost"      // the lease was lost: nothing recorded
+	OutcomeSucceeded Outcome = "succeeded" // the result was recorded
+	OutcomeRetried   Outcome = "retried"   // failed, queued again after a backoff
+	OutcomeFailed    Outcome = "failed"    // failed for good (permanent, or the last attempt)
+	OutcomeCanceled  Outcome = "canceled"  // the batch was canceled while it ran
+	OutcomeReleased  Outcome = "released"  // handed back by the pool stopping
+	OutcomeLost      Outcome = "lost"      // the lease was lost: nothing recorded
 )
 
 // Generators finds a task's generator by id. *generator.Registry is one;
@@ -85,7 +89,7 @@ type Config struct {
 	Limiter Limiter
 	// Observe, when set, is told how each attempt this pool ran ended: one
 	// of the Outcome values (for metrics). It must not block.
-	Observe func(outcome string)
+	Observe func(outcome Outcome)
 	// Logger gets what the pool does; nil discards.
 	Logger *slog.Logger
 	// Owner names this pool's leases; random by default.
@@ -142,7 +146,7 @@ func (c *Config) withDefaults() (Config, error) {
 		out.Now = time.Now
 	}
 	if out.Observe == nil {
-		out.Observe = func(string) {}
+		out.Observe = func(Outcome) {}
 	}
 	if out.NewID == nil {
 		out.NewID = intent.NewID
@@ -175,9 +179,6 @@ func New(cfg Config) (*Pool, error) {
 	}
 	return &Pool{cfg: c}, nil
 }
-
-// Owner is the name on this pool's leases.
-func (p *Pool) Owner() string { return p.cfg.Owner }
 
 // Start begins claiming and running tasks, in goroutines that live until
 // Stop (ctx only carries values). Starting a started pool does nothing;

@@ -59,7 +59,7 @@ func (r *run) execute(tr *taskRun) error {
 		started = true
 		mu.Unlock()
 		start := r.cfg.Now()
-		a, err := r.steps(tr, ctx, gen)
+		a, err := r.steps(ctx, tr, gen)
 		if err == nil {
 			r.observe(r.cfg.Now().Sub(start))
 			result = &a
@@ -93,7 +93,7 @@ func (r *run) execute(tr *taskRun) error {
 // all, and a worker that takes it over submits again, under the same key,
 // which gives the same reference. Between steps it hands the lease back if
 // the pool is stopping, recording where it is first.
-func (r *run) steps(tr *taskRun, ctx context.Context, gen generator.Generator) (intent.Asset, error) {
+func (r *run) steps(ctx context.Context, tr *taskRun, gen generator.Generator) (intent.Asset, error) {
 	step, ref := tr.c.Step, tr.c.ProviderRef
 	for {
 		if r.isStopping() {
@@ -101,12 +101,12 @@ func (r *run) steps(tr *taskRun, ctx context.Context, gen generator.Generator) (
 		}
 		switch step {
 		case StepSubmitted:
-			if err := r.wait(tr, ctx, gen, ref); err != nil {
+			if err := r.wait(ctx, tr, gen, ref); err != nil {
 				return intent.Asset{}, err
 			}
 			step = StepWaited
 		case StepWaited:
-			return r.finish(tr, ctx, gen, ref)
+			return r.finish(ctx, tr, gen, ref)
 		default:
 			var err error
 			if ref, err = gen.Submit(ctx, tr.job); err != nil {
@@ -122,7 +122,7 @@ func (r *run) steps(tr *taskRun, ctx context.Context, gen generator.Generator) (
 // the wait has run StepRecordAfter (a lost lease or a canceled batch found
 // then stops the wait at once); "waited" is recorded after a wait that
 // long.
-func (r *run) wait(tr *taskRun, ctx context.Context, gen generator.Generator, ref string) error {
+func (r *run) wait(ctx context.Context, tr *taskRun, gen generator.Generator, ref string) error {
 	start := r.cfg.Now()
 	var timer *time.Timer
 	var saved chan error
@@ -171,7 +171,7 @@ func (r *run) saveStep(tr *taskRun, step, ref string) error {
 // finish stores the image and answers the asset to record. A task
 // resumed after an earlier try first looks for an asset already stored for
 // it.
-func (r *run) finish(tr *taskRun, ctx context.Context, gen generator.Generator, ref string) (intent.Asset, error) {
+func (r *run) finish(ctx context.Context, tr *taskRun, gen generator.Generator, ref string) (intent.Asset, error) {
 	if tr.c.Attempt > 1 {
 		a, err := r.cfg.Store.AssetForTask(ctx, tr.c.TaskID)
 		switch {

@@ -85,8 +85,8 @@ func TestTransientFailuresRetry(t *testing.T) {
 	e := newEnv(t)
 	nb := e.batch(spec{frames: 3, params: `{"fail_attempts":2,"height":16,"width":16}`})
 	var mu sync.Mutex
-	outcomes := map[string]int{}
-	pool := e.pool(worker.Config{MaxAttempts: 5, Observe: func(o string) { mu.Lock(); outcomes[o]++; mu.Unlock() }})
+	outcomes := map[worker.Outcome]int{}
+	pool := e.pool(worker.Config{MaxAttempts: 5, Observe: func(o worker.Outcome) { mu.Lock(); outcomes[o]++; mu.Unlock() }})
 	b := e.waitBatch("alice", nb.ID, ended)
 	if b.State != intent.StateSucceeded {
 		t.Fatalf("batch = %+v", b)

@@ -46,7 +46,7 @@ type assetAnswer struct {
 type publicationAnswer struct {
 	ID        string        `json:"id"`
 	RequestID string        `json:"request_id"`
-	State     string        `json:"state"`
+	State     intent.State  `json:"state"`
 	BatchID   string        `json:"batch_id"`
 	Channel   string        `json:"channel"`
 	ItemCount int           `json:"item_count"`

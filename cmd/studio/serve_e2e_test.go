@@ -13,13 +13,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"studio/intent"
 )
 
 type batchAnswer struct {
-	ID        string `json:"id"`
-	RequestID string `json:"request_id"`
-	State     string `json:"state"`
-	TaskCount int    `json:"task_count"`
+	ID        string       `json:"id"`
+	RequestID string       `json:"request_id"`
+	State     intent.State `json:"state"`
+	TaskCount int          `json:"task_count"`
 }
 
 func generation(requestID string, frames ...string) map[string]any {

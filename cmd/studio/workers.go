@@ -66,12 +66,12 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 }
 
 // observeAttempt counts each attempt's outcome, and lost leases apart.
-func observeAttempt(mt *metrics.Metrics) func(string) {
+func observeAttempt(mt *metrics.Metrics) func(worker.Outcome) {
 	if mt == nil {
 		return nil
 	}
-	return func(outcome string) {
-		mt.Attempt(outcome)
+	return func(outcome worker.Outcome) {
+		mt.Attempt(string(outcome))
 		if outcome == worker.OutcomeLost {
 			mt.LeaseLost()
 		}

@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -193,16 +192,6 @@ func (s *Store) apply(ctx context.Context, key int64, m migrations.Migration) er
 	})
 }
 
-// Migrate connects, applies the pending migrations and closes: the work of
-// `studio migrate`.
-func Migrate(ctx context.Context, cfg Config) error {
-	s, err := Open(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	return s.Close()
-}
-
 // lockKey maps a name to a 64-bit advisory lock key.
 func lockKey(name string) int64 {
 	h := fnv.New64a()
@@ -233,8 +222,3 @@ func interpret(err error) error {
 // stamp rounds a time to what timestamptz keeps (microseconds), in UTC, so a
 // time handed back equals the one read later.
 func stamp(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
-
-// IsURL reports whether a --database value selects PostgreSQL.
-func IsURL(s string) bool {
-	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
-}

@@ -229,14 +229,14 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 		wasQueued bool
 	}
 	var claims []claim
-	take := func(state, order string, n int) error {
+	take := func(state intent.State, order string, n int) error {
 		rows, err := t.tx.Query(ctx, `UPDATE publication_items SET state = 'running', fence = fence + 1, attempts = attempts + 1,
 				lease_owner = $1, lease_expires_at = $2, updated_at = $3
 			WHERE id IN (SELECT id FROM publication_items
 				WHERE state = $4 AND (CASE WHEN $4 = 'queued' THEN run_after ELSE lease_expires_at END) <= $5
 				ORDER BY `+order+` LIMIT $6 FOR NO KEY UPDATE SKIP LOCKED)
 			RETURNING id, publication_id, fence, attempts, lease_expires_at`,
-			p.Owner, expires, t.wall, state, now, n)
+			p.Owner, expires, t.wall, string(state), now, n)
 		if err != nil {
 			return err
 		}
@@ -397,7 +397,7 @@ func (s *Store) endItems(ctx context.Context, what string, leases []store.ItemLe
 
 // FailItem ends a failed attempt: queued again after the backoff, or
 // failed.
-func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (string, error) {
+func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (intent.State, error) {
 	t, err := s.beginTask(ctx)
 	if err != nil {
 		return "", fmt.Errorf("fail item: %w", err)

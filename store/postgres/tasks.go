@@ -357,7 +357,7 @@ func scanClaims(rows pgx.Rows, canceledToo bool) ([]store.ClaimedTask, []string,
 	var exp *time.Time
 	_, err := pgx.ForEachRow(rows, []any{&state, &c.TaskID, &c.BatchID, &c.Actor, &c.Collection, &c.Frame, &c.Generator, &c.Candidate,
 		&c.Attempt, &c.Fence, &c.Step, &c.ProviderRef, &exp, &c.Spec}, func() error {
-		if state != intent.StateRunning {
+		if intent.State(state) != intent.StateRunning {
 			if !canceledToo {
 				return fmt.Errorf("task %s claimed in state %s", c.TaskID, state)
 			}
@@ -595,7 +595,7 @@ func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]sto
 		}
 		d := t.deltas.Of(batch)
 		d.Running--
-		if state == intent.StateCanceled {
+		if intent.State(state) == intent.StateCanceled {
 			out[i].Err = store.ErrTaskCanceled
 			d.Canceled++
 			continue
@@ -617,7 +617,7 @@ func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]sto
 // locked, then its batch's, and only then is cancel_requested read: a cancel
 // either committed before (the task ends canceled) or waits for this
 // transaction and then finds the task queued and cancels it.
-func (s *Store) FailTask(ctx context.Context, f store.Failure) (string, error) {
+func (s *Store) FailTask(ctx context.Context, f store.Failure) (intent.State, error) {
 	t, err := s.beginTask(ctx)
 	if err != nil {
 		return "", fmt.Errorf("fail task: %w", err)

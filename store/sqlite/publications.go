@@ -431,7 +431,7 @@ func (s *Store) endItems(ctx context.Context, what string, leases []store.ItemLe
 
 // FailItem ends a failed attempt: queued again after the backoff, or
 // failed.
-func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (string, error) {
+func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (intent.State, error) {
 	t, err := s.beginItems(ctx)
 	if err != nil {
 		return "", fmt.Errorf("fail item: %w", err)

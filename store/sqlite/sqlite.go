@@ -206,15 +206,6 @@ func (s *Store) apply(ctx context.Context, m migrations.Migration) error {
 	return tx.Commit()
 }
 
-// Migrate opens the database at path, applies pending migrations and closes it.
-func Migrate(ctx context.Context, path string) error {
-	s, err := Open(ctx, Config{Path: path})
-	if err != nil {
-		return err
-	}
-	return s.Close()
-}
-
 // interpret translates driver errors into domain errors, once, here.
 func interpret(err error) error {
 	if err == nil {

@@ -575,7 +575,7 @@ func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]sto
 
 // FailTask ends a failed attempt: queued again after the backoff, or
 // failed, or canceled when the batch was asked to cancel.
-func (s *Store) FailTask(ctx context.Context, f store.Failure) (string, error) {
+func (s *Store) FailTask(ctx context.Context, f store.Failure) (intent.State, error) {
 	t, err := s.beginTask(ctx)
 	if err != nil {
 		return "", fmt.Errorf("fail task: %w", err)
@@ -625,7 +625,8 @@ func (s *Store) ReleaseTasks(ctx context.Context, leases []store.Lease) ([]error
 	stmt := t.stmt(ctx, releaseTaskSQL)
 	out := make([]error, len(leases))
 	for i, l := range leases {
-		var batch, state string
+		var batch string
+		var state intent.State
 		err := stmt.QueryRowContext(ctx, t.now, t.wall, l.TaskID, l.Fence, t.now).Scan(&batch, &state)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
