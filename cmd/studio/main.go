@@ -139,7 +139,18 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer s.Close()
-	fmt.Fprintln(stdout, "migrations applied")
+	var applied []string
+	if a, ok := s.(interface{ AppliedMigrations() []string }); ok {
+		applied = a.AppliedMigrations()
+	}
+	for _, name := range applied {
+		fmt.Fprintln(stdout, "applied", name)
+	}
+	if len(applied) == 0 {
+		fmt.Fprintln(stdout, "no migrations to apply: the database is up to date")
+	} else {
+		fmt.Fprintf(stdout, "%d migrations applied: the database is up to date\n", len(applied))
+	}
 	return nil
 }
 

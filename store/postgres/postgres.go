@@ -53,6 +53,8 @@ type Store struct {
 	now    func() time.Time
 	schema string // the schema holding the tables
 	create bool   // Config.Schema named it: create it if missing
+	// applied names the migrations Open applied.
+	applied []string
 }
 
 // Open connects, creates the schema when Config.Schema asks for one, and
@@ -152,15 +154,25 @@ func (s *Store) migrate(ctx context.Context) error {
 	s.schema = schema
 	key := lockKey("studio.migrate:" + schema)
 	for _, m := range ms {
-		if err := s.apply(ctx, key, m); err != nil {
+		applied, err := s.apply(ctx, key, m)
+		if err != nil {
 			return fmt.Errorf("migrate %04d_%s: %w", m.Version, m.Name, err)
+		}
+		if applied {
+			s.applied = append(s.applied, fmt.Sprintf("%04d_%s", m.Version, m.Name))
 		}
 	}
 	return nil
 }
 
-func (s *Store) apply(ctx context.Context, key int64, m migrations.Migration) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+// AppliedMigrations names the migrations Open applied (0001_init, ...), in
+// order; none when the database was up to date.
+func (s *Store) AppliedMigrations() []string { return s.applied }
+
+// apply applies one migration unless it is applied already; it says
+// whether it did.
+func (s *Store) apply(ctx context.Context, key int64, m migrations.Migration) (applied bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, key); err != nil {
 			return err
 		}
@@ -188,8 +200,10 @@ func (s *Store) apply(ctx context.Context, key int64, m migrations.Migration) er
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+		applied = err == nil
 		return err
 	})
+	return applied && err == nil, err
 }
 
 // lockKey maps a name to a 64-bit advisory lock key.
