@@ -8,25 +8,25 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 
 	"studio/blob"
 	"studio/generator"
 	"studio/intent"
+	"studio/leasequeue"
 	"studio/store"
 )
 
 // Defaults of Config.
 const (
-	DefaultConcurrency = 4
-	DefaultLeaseTTL    = 30 * time.Second
+	DefaultConcurrency = leasequeue.DefaultConcurrency
+	DefaultLeaseTTL    = leasequeue.DefaultLeaseTTL
 	DefaultMaxAttempts = 5
 	DefaultRetryBase   = 500 * time.Millisecond
 	DefaultRetryMax    = time.Minute
-	DefaultGrace       = 10 * time.Second
-	DefaultPollMin     = 20 * time.Millisecond
-	DefaultPollMax     = time.Second
+	DefaultGrace       = leasequeue.DefaultGrace
+	DefaultPollMin     = leasequeue.DefaultPollMin
+	DefaultPollMax     = leasequeue.DefaultPollMax
 	DefaultSweepEvery  = time.Hour
 	DefaultSweepAge    = time.Hour
 	// DefaultStepRecordAfter: steps shorter than this are not recorded.
@@ -163,12 +163,21 @@ func (c *Config) withDefaults() (Config, error) {
 
 // Pool runs tasks: Start begins claiming, Stop stops gracefully. Both are
 // safe to call any number of times and in any order; a Pool stopped can be
-// started again.
+// started again. The claiming, renewing and stopping are a
+// leasequeue.Runner's; the pool is its task handler.
 type Pool struct {
+	runner *leasequeue.Runner[*taskRun]
+}
+
+// tasks is the pool's handler of the lease runner: what a task is and how
+// it is run and recorded.
+type tasks struct {
 	cfg Config
 
-	mu  sync.Mutex
-	cur *run // nil while stopped
+	runSlots chan struct{} // one per running task
+
+	stepWriter  *leasequeue.Batcher[store.StepSave, error]
+	completions *leasequeue.Batcher[store.Completion, store.CompletionResult]
 }
 
 // New checks cfg and returns a stopped pool.
@@ -177,55 +186,49 @@ func New(cfg Config) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pool{cfg: c}, nil
+	h := &tasks{
+		cfg:         c,
+		runSlots:    make(chan struct{}, c.Concurrency),
+		stepWriter:  leasequeue.NewBatcher(leasequeue.MaxHeld, c.Store.SaveSteps),
+		completions: leasequeue.NewBatcher(leasequeue.MaxHeld, c.Store.CompleteTasks),
+	}
+	loops := []func(context.Context){h.stepWriter.Loop, h.completions.Loop}
+	if c.SweepEvery > 0 {
+		loops = append(loops, h.sweepLoop)
+	}
+	r, err := leasequeue.New(leasequeue.Config{
+		Owner:       c.Owner,
+		Concurrency: c.Concurrency,
+		ClaimAhead:  true,
+		LeaseTTL:    c.LeaseTTL,
+		Grace:       c.Grace,
+		PollMin:     c.PollMin,
+		PollMax:     c.PollMax,
+		Loops:       loops,
+		Logger:      c.Logger,
+		Now:         c.Now,
+		OnStart: func() {
+			c.Logger.Info("workers started", "owner", c.Owner, "concurrency", c.Concurrency,
+				"lease_ttl", c.LeaseTTL.String(), "max_attempts", c.MaxAttempts)
+		},
+		OnStop: func() { c.Logger.Info("workers stopped", "owner", c.Owner) },
+	}, h)
+	if err != nil {
+		return nil, fmt.Errorf("new worker pool: %w", err)
+	}
+	return &Pool{runner: r}, nil
 }
 
 // Start begins claiming and running tasks, in goroutines that live until
 // Stop (ctx only carries values). Starting a started pool does nothing;
 // starting a pool that is stopping waits for the stop to end, then starts.
-func (p *Pool) Start(ctx context.Context) error {
-	for {
-		p.mu.Lock()
-		r := p.cur
-		if r == nil {
-			p.cur = newRun(context.WithoutCancel(ctx), p.cfg)
-			p.cur.start()
-			p.mu.Unlock()
-			return nil
-		}
-		p.mu.Unlock()
-		if !r.isStopping() {
-			return nil
-		}
-		select {
-		case <-r.done:
-			p.mu.Lock()
-			if p.cur == r {
-				p.cur = nil
-			}
-			p.mu.Unlock()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
+func (p *Pool) Start(ctx context.Context) error { return p.runner.Start(ctx) }
 
 // Stop stops claiming, lets running steps end within Grace (or until ctx
 // ends), hands the leases of unfinished tasks back, and returns once every
 // task and loop of the pool has ended. Stopping a stopped pool does
 // nothing; concurrent calls all wait for the one stop.
 func (p *Pool) Stop(ctx context.Context) error {
-	p.mu.Lock()
-	r := p.cur
-	p.mu.Unlock()
-	if r == nil {
-		return nil
-	}
-	r.stop(ctx)
-	p.mu.Lock()
-	if p.cur == r {
-		p.cur = nil
-	}
-	p.mu.Unlock()
+	p.runner.Stop(ctx)
 	return nil
 }

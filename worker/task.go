@@ -13,6 +13,7 @@ import (
 	"studio/blob"
 	"studio/generator"
 	"studio/intent"
+	"studio/leasequeue"
 	"studio/store"
 )
 
@@ -34,7 +35,7 @@ func (r *run) execute(tr *taskRun) error {
 	defer stopWaiting(nil)
 	var mu sync.Mutex
 	started, handedBack := false, false
-	unwatch := context.AfterFunc(r.stopCtx, func() {
+	unwatch := context.AfterFunc(r.s.StopContext(), func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if !started {
@@ -61,7 +62,7 @@ func (r *run) execute(tr *taskRun) error {
 		start := r.cfg.Now()
 		a, err := r.steps(ctx, tr, gen)
 		if err == nil {
-			r.observe(r.cfg.Now().Sub(start))
+			r.s.Observe(r.cfg.Now().Sub(start))
 			result = &a
 		}
 		if err != nil && ctx.Err() != nil && tr.ctx.Err() == nil {
@@ -96,7 +97,7 @@ func (r *run) execute(tr *taskRun) error {
 func (r *run) steps(ctx context.Context, tr *taskRun, gen generator.Generator) (intent.Asset, error) {
 	step, ref := tr.c.Step, tr.c.ProviderRef
 	for {
-		if r.isStopping() {
+		if r.s.Stopping() {
 			return intent.Asset{}, errHandBack
 		}
 		switch step {
@@ -161,7 +162,7 @@ func (r *run) saveStep(tr *taskRun, step, ref string) error {
 	if err := tr.ctx.Err(); err != nil {
 		return context.Cause(tr.ctx)
 	}
-	err, txErr := r.stepWriter.do(store.StepSave{Lease: tr.c.Lease, Step: step, ProviderRef: ref})
+	err, txErr := r.stepWriter.Do(store.StepSave{Lease: tr.c.Lease, Step: step, ProviderRef: ref})
 	if txErr != nil {
 		return fmt.Errorf("save step %s: %w", step, txErr)
 	}
@@ -206,10 +207,10 @@ func (r *run) finish(ctx context.Context, tr *taskRun, gen generator.Generator, 
 // A pool stopping still records a result it has: the write is short, and
 // handing the lease back would only make another worker redo the task.
 func (r *run) complete(tr *taskRun, a intent.Asset) error {
-	if cause := context.Cause(tr.ctx); cause != nil && !errors.Is(cause, errStopping) {
+	if cause := context.Cause(tr.ctx); cause != nil && !errors.Is(cause, leasequeue.ErrStopping) {
 		return cause
 	}
-	res, txErr := r.completions.do(store.Completion{Lease: tr.c.Lease, Asset: a})
+	res, txErr := r.completions.Do(store.Completion{Lease: tr.c.Lease, Asset: a})
 	if txErr != nil {
 		return fmt.Errorf("complete: %w", txErr)
 	}
@@ -230,7 +231,7 @@ func (r *run) settle(tr *taskRun, err error) {
 	switch {
 	case err == nil:
 		return
-	case errors.Is(err, store.ErrLeaseLost), errors.Is(cause, errLeaseLost):
+	case errors.Is(err, store.ErrLeaseLost), errors.Is(cause, store.ErrLeaseLost):
 		r.cfg.Observe(OutcomeLost)
 		log.Info("lease lost: the task is left to its new holder, nothing recorded")
 		return
@@ -238,7 +239,7 @@ func (r *run) settle(tr *taskRun, err error) {
 		r.cfg.Observe(OutcomeCanceled)
 		log.Info("task canceled with its batch")
 		return
-	case errors.Is(cause, errCancelRequested):
+	case errors.Is(cause, leasequeue.ErrCanceled):
 		r.release(tr, log, "batch canceled", true)
 		return
 	case tr.ctx.Err() != nil, errors.Is(err, errHandBack):
@@ -247,8 +248,8 @@ func (r *run) settle(tr *taskRun, err error) {
 	}
 	permanent := generator.IsPermanent(err)
 	msg := fmt.Sprintf("attempt %d: %v", tr.c.Attempt, err)
-	backoff := Backoff(r.cfg.RetryBase, r.cfg.RetryMax, tr.c.Attempt, rand.Float64())
-	ctx, cancel := context.WithTimeout(r.bg, storeTimeout)
+	backoff := leasequeue.Backoff(r.cfg.RetryBase, r.cfg.RetryMax, tr.c.Attempt, rand.Float64())
+	ctx, cancel := context.WithTimeout(r.s.Background(), storeTimeout)
 	defer cancel()
 	state, ferr := r.cfg.Store.FailTask(ctx, store.Failure{
 		Lease: tr.c.Lease, Error: msg, Permanent: permanent, MaxAttempts: r.cfg.MaxAttempts, Backoff: backoff,
@@ -274,7 +275,7 @@ func (r *run) settle(tr *taskRun, err error) {
 // release hands a lease back, recording first the step the task reached
 // if it was not recorded yet, so that the next holder resumes there.
 func (r *run) release(tr *taskRun, log *slog.Logger, why string, canceled bool) {
-	ctx, cancel := context.WithTimeout(r.bg, storeTimeout)
+	ctx, cancel := context.WithTimeout(r.s.Background(), storeTimeout)
 	defer cancel()
 	if tr.unrecorded != nil {
 		if errs, err := r.cfg.Store.SaveSteps(ctx, []store.StepSave{*tr.unrecorded}); err != nil || errs[0] != nil {

@@ -100,7 +100,9 @@ func (m *Main) startPublisher(ctx context.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	r.Start(ctx)
+	if err := r.Start(ctx); err != nil {
+		return err
+	}
 	m.onClose(func(ctx context.Context) error {
 		r.Stop(ctx)
 		return nil
