@@ -134,15 +134,12 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parse(fs, args, applyEnv); err != nil {
 		return err
 	}
-	s, err := openStore(ctx, cfg)
+	e, err := openEngine(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	var applied []string
-	if a, ok := s.(interface{ AppliedMigrations() []string }); ok {
-		applied = a.AppliedMigrations()
-	}
+	defer e.store.Close()
+	applied := e.applied
 	for _, name := range applied {
 		fmt.Fprintln(stdout, "applied", name)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"studio/generator"
-	"studio/metrics"
 	"studio/worker"
 )
 
@@ -19,10 +18,6 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	cfg := m.Config
 	if cfg.Workers == 0 {
 		return nil
-	}
-	blobs, err := m.assetBlobs()
-	if err != nil {
-		return err
 	}
 	reg, err := generator.NewRegistry(d.catalog.Specs()...)
 	if err != nil {
@@ -45,7 +40,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	p, err := worker.New(worker.Config{
 		Store:       m.store,
 		Generators:  reg,
-		Blobs:       blobs,
+		Blobs:       m.blobs,
 		Concurrency: cfg.Workers,
 		LeaseTTL:    cfg.LeaseTTL,
 		MaxAttempts: cfg.MaxAttempts,
@@ -53,7 +48,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 		Grace:       cfg.Grace,
 		Limiter:     limiter,
 		Logger:      m.Logger.With("component", "worker"),
-		Observe:     observeAttempt(d.metrics),
+		Observe:     d.wrap.attempts(),
 	})
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
@@ -63,17 +58,4 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	}
 	m.onClose(p.Stop)
 	return nil
-}
-
-// observeAttempt counts each attempt's outcome, and lost leases apart.
-func observeAttempt(mt *metrics.Metrics) func(worker.Outcome) {
-	if mt == nil {
-		return nil
-	}
-	return func(outcome worker.Outcome) {
-		mt.Attempt(string(outcome))
-		if outcome == worker.OutcomeLost {
-			mt.LeaseLost()
-		}
-	}
 }
