@@ -59,6 +59,11 @@ func announceSkip() {
 			return
 		}
 		defer out.Close()
+		if fi, err := out.Stat(); err != nil || fi.Mode().IsRegular() {
+			// A file: the go command writes it at its own offset and would
+			// write over the line. A terminal or a pipe keeps it.
+			return
+		}
 		fmt.Fprintf(out, "studio: PostgreSQL tests skipped; to run them: %s='postgres://postgres@127.0.0.1:5432/test?sslmode=disable' go test ./...\n", EnvURL)
 	})
 }
