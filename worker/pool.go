@@ -84,6 +84,9 @@ type Config struct {
 	// StepRecordAfter: a step is recorded only once redoing it would take
 	// this long (see the package doc); negative records every step at once.
 	StepRecordAfter time.Duration
+	// Batches, when set, reads the batches this pool ran tasks of, to log
+	// each once it has ended ("batch finished").
+	Batches BatchReader
 	// Limiter bounds each generator's concurrency (max_concurrency); nil
 	// means no bound but Concurrency.
 	Limiter Limiter
@@ -178,6 +181,8 @@ type tasks struct {
 
 	stepWriter  *leasequeue.Batcher[store.StepSave, error]
 	completions *leasequeue.Batcher[store.Completion, store.CompletionResult]
+
+	batchEnds *batchEnds // nil without Config.Batches
 }
 
 // New checks cfg and returns a stopped pool.
@@ -195,6 +200,10 @@ func New(cfg Config) (*Pool, error) {
 	loops := []func(context.Context){h.stepWriter.Loop, h.completions.Loop}
 	if c.SweepEvery > 0 {
 		loops = append(loops, h.sweepLoop)
+	}
+	if c.Batches != nil {
+		h.batchEnds = &batchEnds{read: c.Batches, seen: map[string]string{}, done: map[string]struct{}{}}
+		loops = append(loops, h.batchEndLoop)
 	}
 	r, err := leasequeue.New(leasequeue.Config{
 		Owner:       c.Owner,

@@ -75,6 +75,9 @@ func (h *tasks) Run(ctx context.Context, s *leasequeue.Session, tr *taskRun) {
 	defer tr.cancel(nil)
 	r := &run{tasks: h, s: s}
 	r.settle(tr, r.execute(tr))
+	if h.batchEnds != nil {
+		h.batchEnds.touch(tr.c.BatchID, tr.c.Actor)
+	}
 }
 
 type specResult struct {

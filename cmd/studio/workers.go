@@ -41,6 +41,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 		Store:       m.store,
 		Generators:  reg,
 		Blobs:       m.blobs,
+		Batches:     m.store,
 		Concurrency: cfg.Workers,
 		LeaseTTL:    cfg.LeaseTTL,
 		MaxAttempts: cfg.MaxAttempts,
