@@ -508,14 +508,14 @@ func (r *run[T]) renewOnce() {
 			}
 		}
 	}
-	// Leases not confirmed in time are lost, whatever the reason (a slow
-	// database, a process that was stopped).
+	// Leases this renewal did not confirm in time are lost, whatever the
+	// reason (a slow database, a process that was stopped). An item claimed
+	// after the renewal began waits for the next one: its lease is not
+	// given up before a renewal was tried.
 	now := r.cfg.Now().UnixNano()
-	r.mu.Lock()
-	for _, h := range r.held {
+	for _, h := range live {
 		if now >= h.deadline.Load() {
 			h.cancel(store.ErrLeaseLost)
 		}
 	}
-	r.mu.Unlock()
 }
