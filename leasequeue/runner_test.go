@@ -29,6 +29,9 @@ type queue struct {
 
 	run   func(ctx context.Context, item string)
 	renew func(items []string) (lost, canceled []string, err error)
+	// claimDelays are how long the claims that find items take, one at a
+	// time, each claiming one item, while any are left.
+	claimDelays []time.Duration
 }
 
 func newQueue(n int) *queue {
@@ -46,11 +49,18 @@ func (q *queue) Claim(_ context.Context, owner string, limit int, ttl time.Durat
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := min(limit, len(q.pending))
+	var delay time.Duration
+	if len(q.claimDelays) > 0 && n > 0 {
+		n, delay, q.claimDelays = 1, q.claimDelays[0], q.claimDelays[1:]
+	}
 	out := append([]string(nil), q.pending[:n]...)
 	q.pending = q.pending[n:]
 	if n > 0 {
 		q.claims++
 	}
+	q.mu.Unlock()
+	time.Sleep(delay)
+	q.mu.Lock()
 	return out, nil
 }
 
@@ -264,4 +274,41 @@ func TestStartStopInAnyOrder(t *testing.T) {
 	eventually(t, "the late item run", func() bool { return q.ranAll(1) })
 	r.Stop(context.Background())
 	r.Stop(context.Background())
+}
+
+// TestSlowClaimIsRenewedFirst: an item whose claim took longer than the
+// lease (its deadline counts from before the claim), and that starts while
+// a renewal of the other items runs, is renewed before its deadline is held
+// against it: a renewal that confirms it keeps it.
+func TestSlowClaimIsRenewedFirst(t *testing.T) {
+	t.Parallel()
+	q := newQueue(2)
+	q.claimDelays = []time.Duration{0, 600 * time.Millisecond}
+	var renewed atomic.Int32
+	q.renew = func([]string) ([]string, []string, error) {
+		time.Sleep(100 * time.Millisecond) // renewals run back to back
+		renewed.Add(1)
+		return nil, nil, nil
+	}
+	causes := make(chan error, 2)
+	q.run = func(ctx context.Context, item string) {
+		if item == "item-000" { // held while the slow claim runs
+			for q.ranAll(0) && ctx.Err() == nil && len(causes) == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			return
+		}
+		for start := renewed.Load(); renewed.Load() < start+3 && ctx.Err() == nil; {
+			time.Sleep(time.Millisecond)
+		}
+		causes <- context.Cause(ctx)
+	}
+	r := newRunner(t, leasequeue.Config{Concurrency: 2, LeaseTTL: 300 * time.Millisecond}, q)
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop(context.Background())
+	if cause := <-causes; cause != nil {
+		t.Fatalf("the slowly claimed item ended with %v before three renewals", cause)
+	}
 }
