@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"studio/generator"
 	"studio/worker"
 )
 
@@ -19,7 +18,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	if cfg.Workers == 0 {
 		return nil
 	}
-	reg, err := generator.NewRegistry(d.catalog.Specs()...)
+	reg, err := m.generators(d)
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
 	}
