@@ -20,6 +20,21 @@ type Generations interface {
 	CreateGeneration(ctx context.Context, actor, requestID string, in intent.GenerationInput) (intent.GenerationResult, error)
 }
 
+// Store is what the API needs of the store: the reads it answers, the
+// batch cancel, the token look-up and the readiness check. store.Store has
+// it.
+type Store interface {
+	GetBatch(ctx context.Context, actor, id string) (intent.Batch, error)
+	ListBatches(ctx context.Context, p store.ListParams) ([]intent.Batch, error)
+	ListTasks(ctx context.Context, batchID string, p store.ListParams) ([]intent.Task, error)
+	CancelBatch(ctx context.Context, actor, id string) (intent.Batch, error)
+	GetAsset(ctx context.Context, actor, id string) (intent.Asset, error)
+	ActorForToken(ctx context.Context, tokenHash string) (string, error)
+	Ping(ctx context.Context) error
+}
+
+var _ Store = store.Store(nil)
+
 // Blobs opens stored asset bytes by their SHA-256 (lowercase hex). A
 // missing blob is an error: an asset row never exists without its bytes.
 type Blobs interface {
@@ -49,7 +64,7 @@ type Config struct {
 	// Generations runs POST /v1/generations (required).
 	Generations Generations
 	// Store answers reads, cancels and token look-ups (required).
-	Store store.Store
+	Store Store
 	// Blobs serves asset bytes; without it GET /v1/assets/{id}/content
 	// answers 503.
 	Blobs Blobs
@@ -94,7 +109,7 @@ type RequestRecord struct {
 // Server is studio's HTTP API.
 type Server struct {
 	gens      Generations
-	store     store.Store
+	store     Store
 	blobs     Blobs
 	uploads   Uploads
 	uploadDir string
