@@ -8,38 +8,46 @@ import (
 
 // BenchFloors are the bare statements `studio bench` measures this store
 // against: the least the same work can cost on SQLite, with nothing
-// around it (no check, no error translation, no prepared reads).
-type BenchFloors struct{ s *Store }
+// around it (no check, no error translation).
+type BenchFloors struct {
+	s     *Store
+	stmts *commitStmts // the floor's own, prepared as the store's are
+}
 
 // NewBenchFloors returns the floors of s.
-func NewBenchFloors(s *Store) BenchFloors { return BenchFloors{s} }
+func NewBenchFloors(s *Store) BenchFloors { return BenchFloors{s: s, stmts: &commitStmts{}} }
 
 // Commit inserts a tree's rows (binding, batch, tasks) in one IMMEDIATE
-// transaction, with one prepared statement for the tasks.
+// transaction, with the statements the store writes them with (the tasks
+// taskChunk rows per execution), prepared once across transactions.
 func (f BenchFloors) Commit(ctx context.Context, in intent.NewIntent) error {
+	bd, nb := in.Binding, in.Batch
+	inserts, err := f.stmts.taskInserts(ctx, f.s.write, len(nb.Tasks))
+	if err != nil {
+		return err
+	}
+	if err := f.stmts.prepare(ctx, f.s.write); err != nil {
+		return err
+	}
 	tx, err := f.s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	bd, nb := in.Binding, in.Batch
 	now := bd.CreatedAt.UnixMilli()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO intents (actor, request_id, operation, fingerprint, resource_id, created_at)
-		VALUES (?, ?, ?, ?, ?, ?)`, bd.Actor, bd.RequestID, bd.Operation, bd.Fingerprint, bd.ResourceID, now); err != nil {
+	if _, err := tx.StmtContext(ctx, f.stmts.insertIntent).ExecContext(ctx, bd.Actor, bd.RequestID, bd.Operation, bd.Fingerprint, bd.ResourceID, now); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO batches (id, actor, request_id, prompt, spec, task_count, queued, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, nb.ID, bd.Actor, bd.RequestID, nb.Prompt, nb.Spec, len(nb.Tasks), len(nb.Tasks), now, now); err != nil {
+	if _, err := tx.StmtContext(ctx, f.stmts.insertBatch).ExecContext(ctx, nb.ID, bd.Actor, bd.RequestID, nb.Prompt, nb.Spec, len(nb.Tasks), len(nb.Tasks), now, now); err != nil {
 		return err
 	}
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO tasks (id, batch_id, actor, collection, frame, generator, candidate, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return err
-	}
-	defer stmt.Close()
-	for _, t := range nb.Tasks {
-		if _, err := stmt.ExecContext(ctx, t.ID, nb.ID, bd.Actor, t.Collection, t.Frame, t.Generator, t.Candidate, now, now); err != nil {
+	args := make([]any, 0, taskInsertColumns*taskChunk)
+	for i, st := range inserts {
+		args = args[:0]
+		for _, t := range nb.Tasks[i*taskChunk : min((i+1)*taskChunk, len(nb.Tasks))] {
+			args = append(args, t.ID, nb.ID, bd.Actor, t.Collection, t.Frame, t.Generator, t.Candidate, now, now)
+		}
+		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
 			return err
 		}
 	}
