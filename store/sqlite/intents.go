@@ -369,16 +369,6 @@ func (s *Store) CreateTokenIfNone(ctx context.Context, actor, tokenHash string) 
 	return n == 1, nil
 }
 
-// txQuery runs one query text in a transaction, as a rowQueryer.
-type txQuery struct {
-	tx    *sql.Tx
-	query string
-}
-
-func (q txQuery) QueryRowContext(ctx context.Context, args ...any) *sql.Row {
-	return q.tx.QueryRowContext(ctx, q.query, args...)
-}
-
 // readStmts are the reads on every request's path, prepared once on the
 // read pool (database/sql prepares them again on each connection as
 // needed): a replay is a token, a binding and a batch read, and parsing
