@@ -15,7 +15,7 @@ type BenchFloors struct {
 }
 
 // NewBenchFloors returns the floors of s.
-func NewBenchFloors(s *Store) BenchFloors { return BenchFloors{s: s, stmts: &commitStmts{}} }
+func NewBenchFloors(s *Store) BenchFloors { return BenchFloors{s: s, stmts: &commitStmts{bare: true}} }
 
 // Commit inserts a tree's rows (binding, batch, tasks) in one IMMEDIATE
 // transaction, with the statements the store writes them with (the tasks

@@ -16,6 +16,10 @@ import (
 // them anew in every commit cost as much as running them.
 
 const (
+	// bindIntentSQL binds a request id unless it is bound already (then
+	// it changes nothing: RowsAffected is 0).
+	bindIntentSQL = `INSERT INTO intents (actor, request_id, operation, fingerprint, resource_id, created_at)
+		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (actor, request_id) DO NOTHING`
 	insertIntentSQL = `INSERT INTO intents (actor, request_id, operation, fingerprint, resource_id, created_at)
 		VALUES (?, ?, ?, ?, ?, ?)`
 	insertBatchSQL = `INSERT INTO batches (id, actor, request_id, prompt, spec, task_count, queued, created_at, updated_at)
@@ -45,9 +49,12 @@ func taskInsertSQL(n int) string {
 // commitStmts are the statements of CreateIntent: the fixed ones, and the
 // task inserts by number of rows (taskChunk, and each remainder seen).
 type commitStmts struct {
-	mu                                      sync.Mutex
+	mu sync.Mutex
+	// insertIntent is bindIntentSQL, or insertIntentSQL for the bench's
+	// floor (bare).
 	lookupIntent, insertIntent, insertBatch *sql.Stmt
 	tasks                                   map[int]*sql.Stmt
+	bare                                    bool
 }
 
 func (c *commitStmts) prepare(ctx context.Context, db *sql.DB) error {
@@ -57,7 +64,11 @@ func (c *commitStmts) prepare(ctx context.Context, db *sql.DB) error {
 		return nil
 	}
 	var stmts [3]*sql.Stmt
-	for i, q := range []string{lookupIntentSQL, insertIntentSQL, insertBatchSQL} {
+	bind := bindIntentSQL
+	if c.bare {
+		bind = insertIntentSQL
+	}
+	for i, q := range []string{lookupIntentSQL, bind, insertBatchSQL} {
 		st, err := db.PrepareContext(ctx, q)
 		if err != nil {
 			for _, p := range stmts[:i] {

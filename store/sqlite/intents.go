@@ -77,23 +77,28 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 
 	// The check inside the transaction: the guarantee. The write lock is
 	// held from BEGIN IMMEDIATE on, so no other writer can bind the id
-	// between this read and the insert below.
-	found, err := lookupIntent(ctx, tx.StmtContext(ctx, s.commitStmts.lookupIntent), b.Actor, b.RequestID)
-	switch {
-	case err == nil:
+	// between this insert and the rest of the tree. The insert is the
+	// check: it writes nothing when the id is bound already, and then the
+	// binding found is the answer (a replay or a conflict) and nothing
+	// else is written.
+	now := ms(b.CreatedAt)
+	res, err := tx.StmtContext(ctx, s.commitStmts.insertIntent).ExecContext(ctx,
+		b.Actor, b.RequestID, b.Operation, b.Fingerprint, b.ResourceID, now)
+	if err != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: bind: %w", interpret(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: bind: %w", err)
+	} else if n == 0 {
+		found, err := lookupIntent(ctx, tx.StmtContext(ctx, s.commitStmts.lookupIntent), b.Actor, b.RequestID)
+		if err != nil {
+			return intent.Binding{}, false, fmt.Errorf("create intent: check binding: %w", err)
+		}
 		if found.Operation != b.Operation || found.Fingerprint != b.Fingerprint {
 			return intent.Binding{}, false, &intent.Error{Code: intent.EConflict, Message: intent.ConflictMessage}
 		}
 		s.bindings.add(found)
 		return found, false, nil
-	case intent.ErrorCode(err) != intent.ENotFound:
-		return intent.Binding{}, false, fmt.Errorf("create intent: check binding: %w", err)
-	}
-
-	now := ms(b.CreatedAt)
-	if _, err := tx.StmtContext(ctx, s.commitStmts.insertIntent).ExecContext(ctx,
-		b.Actor, b.RequestID, b.Operation, b.Fingerprint, b.ResourceID, now); err != nil {
-		return intent.Binding{}, false, fmt.Errorf("create intent: bind: %w", interpret(err))
 	}
 	if in.Batch != nil {
 		err = insertBatch(ctx, tx, s.commitStmts.insertBatch, taskInserts, b, in.Batch)
