@@ -41,11 +41,11 @@ func (f BenchFloors) Commit(ctx context.Context, in intent.NewIntent) error {
 	if _, err := tx.StmtContext(ctx, f.stmts.insertBatch).ExecContext(ctx, nb.ID, bd.Actor, bd.RequestID, nb.Prompt, nb.Spec, len(nb.Tasks), len(nb.Tasks), now, now); err != nil {
 		return err
 	}
-	args := make([]any, 0, taskInsertColumns*taskChunk)
+	args := make([]any, 0, 3+taskRowValues*taskChunk)
 	for i, st := range inserts {
-		args = args[:0]
+		args = append(args[:0], nb.ID, bd.Actor, now)
 		for _, t := range nb.Tasks[i*taskChunk : min((i+1)*taskChunk, len(nb.Tasks))] {
-			args = append(args, t.ID, nb.ID, bd.Actor, t.Collection, t.Frame, t.Generator, t.Candidate, now, now)
+			args = append(args, t.ID, t.Collection, t.Frame, t.Generator, int64(t.Candidate))
 		}
 		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
 			return err

@@ -27,13 +27,16 @@ const (
 	// taskChunk is how many task rows one INSERT writes at most; a
 	// 600-task tree is ten executions, a 12-task tree one.
 	taskChunk = 64
-	// taskInsertColumns is how many values each task row binds.
-	taskInsertColumns = 9
+	// taskRowValues is how many values each task row binds of its own.
+	taskRowValues = 5
 )
 
-// taskInsertSQL is the statement that inserts n task rows (1 <= n) of a
-// batch: n rows of (id, batch_id, actor, collection, frame, generator,
-// candidate, created_at, updated_at). The bench's floor uses it too.
+// taskInsertSQL is the statement that inserts n task rows (1 <= n) of
+// one batch. What every row shares is bound once: ?1 the batch id, ?2 the
+// actor, ?3 the time (created and updated); then each row's id,
+// collection, frame, generator and candidate, row after row, from ?4 on.
+// A text value costs the driver a copy per binding, so the shared ones
+// bound once make a 64-row execution bind 323 values instead of 576.
 func taskInsertSQL(n int) string {
 	var q strings.Builder
 	q.WriteString(`INSERT INTO tasks (id, batch_id, actor, collection, frame, generator, candidate, created_at, updated_at) VALUES `)
@@ -41,7 +44,8 @@ func taskInsertSQL(n int) string {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		p := 4 + i*taskRowValues
+		fmt.Fprintf(&q, "(?%d, ?1, ?2, ?%d, ?%d, ?%d, ?%d, ?3, ?3)", p, p+1, p+2, p+3, p+4)
 	}
 	return q.String()
 }

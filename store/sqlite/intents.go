@@ -125,16 +125,16 @@ func insertBatch(ctx context.Context, tx *sql.Tx, batch *sql.Stmt, inserts []*sq
 	if _, err := tx.StmtContext(ctx, batch).ExecContext(ctx, nb.ID, b.Actor, b.RequestID, nb.Prompt, nb.Spec, n, n, now, now); err != nil {
 		return fmt.Errorf("insert batch: %w", interpret(err))
 	}
-	args := make([]any, 0, taskInsertColumns*min(n, taskChunk))
+	args := make([]any, 0, 3+taskRowValues*min(n, taskChunk))
 	for i, st := range inserts {
 		lo := i * taskChunk
-		args = args[:0]
+		args = append(args[:0], nb.ID, b.Actor, now)
 		for j := lo; j < min(lo+taskChunk, n); j++ {
 			t := &nb.Tasks[j]
-			args = append(args, t.ID, nb.ID, b.Actor, t.Collection, t.Frame, t.Generator, t.Candidate, now, now)
+			args = append(args, t.ID, t.Collection, t.Frame, t.Generator, int64(t.Candidate))
 		}
 		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
-			return fmt.Errorf("insert tasks %d..%d: %w", lo, lo+len(args)/taskInsertColumns-1, interpret(err))
+			return fmt.Errorf("insert tasks %d..%d: %w", lo, min(lo+taskChunk, n)-1, interpret(err))
 		}
 	}
 	return nil
