@@ -146,14 +146,16 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanBatch(r scanner) (intent.Batch, error) {
 	var b intent.Batch
-	var started bool
-	var created, updated int64
-	if err := r.Scan(&b.ID, &b.Actor, &b.RequestID, &b.Prompt, &b.TaskCount,
-		&b.Counts.Queued, &b.Counts.Running, &b.Counts.Succeeded, &b.Counts.Failed, &b.Counts.Canceled,
-		&started, &created, &updated); err != nil {
+	// Integers scan into int64: database/sql converts an int64 column into
+	// an int by formatting and parsing it again.
+	var n, q, ru, su, fa, ca, started, created, updated int64
+	if err := r.Scan(&b.ID, &b.Actor, &b.RequestID, &b.Prompt, &n,
+		&q, &ru, &su, &fa, &ca, &started, &created, &updated); err != nil {
 		return intent.Batch{}, err
 	}
-	b.State = b.Counts.State(started)
+	b.TaskCount = int(n)
+	b.Counts = intent.Counts{Queued: int(q), Running: int(ru), Succeeded: int(su), Failed: int(fa), Canceled: int(ca)}
+	b.State = b.Counts.State(started != 0)
 	b.CreatedAt, b.UpdatedAt = fromMS(created), fromMS(updated)
 	return b, nil
 }
