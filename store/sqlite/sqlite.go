@@ -63,6 +63,13 @@ type Store struct {
 	reads readStmts
 	// applied names the migrations Open applied.
 	applied []string
+	// commitStmts are CreateIntent's statements, prepared at first use
+	// (commit.go).
+	commitStmts commitStmts
+	// bindings and tokens remember what never changes once written: a
+	// request id's binding, a token's actor (commit.go).
+	bindings bindingCache
+	tokens   tokenCache
 }
 
 // Open opens (creating if needed) the database at cfg.Path and applies every
@@ -110,7 +117,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	write.SetMaxIdleConns(1)
 	write.SetConnMaxIdleTime(0)
 	write.SetConnMaxLifetime(0)
-	s := &Store{write: write, now: cfg.Now, path: cfg.Path}
+	s := &Store{write: write, now: cfg.Now, path: cfg.Path,
+		bindings: bindingCache{max: cacheEntries}, tokens: tokenCache{max: cacheEntries}}
 	if err := s.migrate(ctx); err != nil {
 		write.Close()
 		return nil, err
@@ -132,7 +140,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 
 // Close closes both pools.
 func (s *Store) Close() error {
-	errs := []error{s.reads.close()}
+	errs := []error{s.reads.close(), s.commitStmts.close()}
 	if s.read != nil {
 		errs = append(errs, s.read.Close())
 	}
