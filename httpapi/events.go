@@ -277,6 +277,6 @@ func (st *eventStream) write(s string) error {
 func (s *Server) EndStreams() { s.endStreams.Do(func() { close(s.streamsDone) }) }
 
 // terminal says whether a batch in this state has ended.
-func terminal(state string) bool {
+func terminal(state intent.State) bool {
 	return state == intent.StateSucceeded || state == intent.StateFailed || state == intent.StateCanceled
 }

@@ -32,6 +32,10 @@ type Store interface {
 	GetAsset(ctx context.Context, actor, id string) (intent.Asset, error)
 	ActorForToken(ctx context.Context, tokenHash string) (string, error)
 	Ping(ctx context.Context) error
+	// BatchChanges and ListPublications serve the batch events and the
+	// publications list.
+	BatchChanges(ctx context.Context, p store.ChangesParams) (store.Changes, error)
+	ListPublications(ctx context.Context, p store.ListParams) ([]intent.Publication, error)
 }
 
 var _ Store = store.Store(nil)

@@ -41,8 +41,8 @@ func settled(t *testing.T, s store.Store, actor, batchID string, since int64) st
 }
 
 // changedIDs are the ids of the tasks of c, with their states.
-func changedIDs(c store.Changes) map[string]string {
-	m := map[string]string{}
+func changedIDs(c store.Changes) map[string]intent.State {
+	m := map[string]intent.State{}
 	for _, tk := range c.Tasks {
 		m[tk.ID] = tk.State
 	}
