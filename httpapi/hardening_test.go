@@ -2,10 +2,13 @@ package httpapi_test
 
 import (
 	"bufio"
+	"encoding/base64"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -267,4 +270,49 @@ func TestSlowReaderIsCut(t *testing.T) {
 	if !strings.Contains(h.logs.String(), `"route":"/v1/assets/{id}/content"`) {
 		t.Fatal("the connection closed, but the request was not logged as ended")
 	}
+}
+
+// TestCursorsAreSigned: a cursor minted by hand, with the format of the
+// server's own and a real id, is 400; servers sharing a key (every
+// instance on one database) accept each other's cursors; a server with
+// another key refuses them.
+func TestCursorsAreSigned(t *testing.T) {
+	t.Parallel()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	h := newHarness(t, options{cursorKey: key})
+	var ids []string
+	for i := range 4 {
+		ids = append(ids, h.create("alice", fmt.Sprintf("req-%d", i), 1, 1).ID)
+	}
+	// ids are newest last; the list is newest first.
+	forged := base64.RawURLEncoding.EncodeToString([]byte(`{"v":1,"scope":"batches","after":"` + ids[2] + `"}`))
+	p := wantProblem(t, h.do(req{method: "GET", path: "/v1/batches?cursor=" + forged, actor: "alice"}), http.StatusBadRequest)
+	if !p.hasField("cursor") {
+		t.Errorf("problem %+v does not name the cursor", p)
+	}
+	w := h.do(req{method: "GET", path: "/v1/batches?limit=1", actor: "alice"})
+	next := decode[batchList](t, w).NextCursor
+	if next == nil {
+		t.Fatalf("no next cursor: %s", w.Body)
+	}
+	// Another server on the same store and key: the cursor works there.
+	twin, err := httpapi.New(httpapi.Config{Generations: h.gens, Store: h.store, CursorKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/v1/batches?limit=1&cursor="+url.QueryEscape(*next), nil)
+	r.Header.Set("Authorization", "Bearer "+h.tokens["alice"])
+	rw := httptest.NewRecorder()
+	twin.Handler().ServeHTTP(rw, r)
+	if got := decode[batchList](t, rw); rw.Code != 200 || len(got.Items) != 1 || got.Items[0].ID != ids[2] {
+		t.Fatalf("the twin server answered %d %s", rw.Code, rw.Body)
+	}
+	// A server with another key refuses it.
+	stranger, err := httpapi.New(httpapi.Config{Generations: h.gens, Store: h.store, CursorKey: []byte("another key, another database...")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw = httptest.NewRecorder()
+	stranger.Handler().ServeHTTP(rw, r)
+	wantProblem(t, rw, http.StatusBadRequest)
 }

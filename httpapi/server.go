@@ -75,6 +75,11 @@ type Config struct {
 	// Logger receives one line per request and the details of internal
 	// errors; slog.Default() when nil.
 	Logger *slog.Logger
+	// CursorKey signs list cursors (HMAC-SHA256), so that a cursor the
+	// server did not make is refused. Instances sharing a database share
+	// it (store.Store.CursorKey). Empty: a random key, good for this
+	// Server only.
+	CursorKey []byte
 	// Limits bounds requests; zero fields take their defaults.
 	Limits Limits
 	// Metrics, when set, is served without a token at GET /metrics.
@@ -112,6 +117,7 @@ type Server struct {
 	limits    Limits
 	metrics   http.Handler
 	observe   func(RequestRecord)
+	cursors   cursorSigner
 	router    *chi.Mux
 }
 
@@ -152,6 +158,10 @@ func New(cfg Config) (*Server, error) {
 		limits:    cfg.Limits,
 		metrics:   cfg.Metrics,
 		observe:   cfg.Observe,
+	}
+	var err error
+	if s.cursors, err = newCursorSigner(cfg.CursorKey); err != nil {
+		return nil, fmt.Errorf("new http api: %w", err)
 	}
 	if err := checkOpenAPI(); err != nil {
 		return nil, fmt.Errorf("new http api: %w", err)

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -78,5 +81,44 @@ func TestMetricsMethodLabelsAreBounded(t *testing.T) {
 	}
 	if !strings.Contains(string(b), `method="other"`) {
 		t.Fatalf(`no method="other" series in /metrics`)
+	}
+}
+
+// TestCursorsAcrossInstances: two servers on one database accept each
+// other's cursors (the key is the database's); a hand-made cursor is 400.
+func TestCursorsAcrossInstances(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	a, _ := startMain(t, cfg)
+	cfg2 := cfg
+	cfg2.Addr = "127.0.0.1:0"
+	b, _ := startMain(t, cfg2)
+	token := readToken(t, cfg.Data)
+	ctx := context.Background()
+	ca, cb := newClient(t, a.Addr(), token), newClient(t, b.Addr(), token)
+	var ids []string
+	for i := range 3 {
+		var batch struct{ ID string }
+		if resp, err := ca.do(ctx, "POST", "/v1/generations", generation(fmt.Sprintf("cur-%d", i), "f01"), &batch); err != nil || resp.StatusCode != 201 {
+			t.Fatalf("create: %v %v", resp, err)
+		}
+		ids = append(ids, batch.ID)
+	}
+	var page struct {
+		Items      []struct{ ID string }
+		NextCursor *string `json:"next_cursor"`
+	}
+	if _, err := ca.do(ctx, "GET", "/v1/batches?limit=1", nil, &page); err != nil || page.NextCursor == nil {
+		t.Fatalf("first page: %+v %v", page, err)
+	}
+	resp, err := cb.do(ctx, "GET", "/v1/batches?limit=1&cursor="+url.QueryEscape(*page.NextCursor), nil, &page)
+	if err != nil || resp.StatusCode != 200 || len(page.Items) != 1 || page.Items[0].ID != ids[1] {
+		t.Fatalf("the other instance answered %v %+v %v", resp.StatusCode, page, err)
+	}
+	forged := base64.RawURLEncoding.EncodeToString([]byte(`{"v":2,"scope":"batches","after":"` + ids[1] + `"}`))
+	for _, c := range []*client{ca, cb} {
+		if resp, err := c.do(ctx, "GET", "/v1/batches?cursor="+forged, nil, nil); err != nil || resp.StatusCode != 400 {
+			t.Fatalf("a forged cursor: %v %v", resp.StatusCode, err)
+		}
 	}
 }

@@ -67,7 +67,12 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	if m.Mode != modeServe {
 		return d, nil
 	}
+	cursorKey, err := m.store.CursorKey(ctx)
+	if err != nil {
+		return nil, err
+	}
 	srv, err := httpapi.New(httpapi.Config{
+		CursorKey:    cursorKey,
 		Generations:  loggedService{d.service, m.Logger},
 		Store:        m.store,
 		Blobs:        m.blobs,
