@@ -1,14 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // scrapeSeries counts the series lines of a /metrics answer (every line
@@ -120,5 +124,86 @@ func TestCursorsAcrossInstances(t *testing.T) {
 		if resp, err := c.do(ctx, "GET", "/v1/batches?cursor="+forged, nil, nil); err != nil || resp.StatusCode != 400 {
 			t.Fatalf("a forged cursor: %v %v", resp.StatusCode, err)
 		}
+	}
+}
+
+// TestTokenFileNeverOverwritten: a data directory whose token file belongs
+// to another database (here: serving a second SQLite file from the same
+// folder, as serving PostgreSQL from it does) keeps its file byte for
+// byte; the new token is printed with a word that it was not written, and
+// works.
+func TestTokenFileNeverOverwritten(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	first, _ := startMain(t, cfg)
+	first.Close()
+	before, err := os.ReadFile(filepath.Join(cfg.Data, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := cfg
+	other.Database = filepath.Join(t.TempDir(), "other.db")
+	m, stdout := startMain(t, other)
+	after, err := os.ReadFile(filepath.Join(cfg.Data, "token"))
+	if err != nil || string(after) != string(before) {
+		t.Fatalf("the token file changed (%v)", err)
+	}
+	out := stdout.String()
+	if !strings.Contains(out, "not written") {
+		t.Fatalf("stdout does not say the token was not written: %q", out)
+	}
+	var tok string
+	for _, f := range strings.Fields(out) {
+		if strings.HasPrefix(f, "stu_") {
+			tok = f
+		}
+	}
+	if tok == "" || tok+"\n" == string(before) {
+		t.Fatalf("no new token printed: %q", out)
+	}
+	resp, err := newClient(t, m.Addr(), tok).do(context.Background(), "GET", "/v1/batches", nil, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the printed token: %v %v", resp, err)
+	}
+}
+
+// TestFlagsValidatedBeforeSideEffects: a bad flag fails serve before it
+// creates anything: no token, no database, no data directory.
+func TestFlagsValidatedBeforeSideEffects(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"webhook scheme", []string{"--webhook-url", "ftp://example.com/hook"}},
+		{"webhook no host", []string{"--webhook-url", "http:///hook"}},
+		{"webhook garbage", []string{"--webhook-url", "::not a url"}},
+		{"addr", []string{"--addr", "no-port"}},
+		{"debug addr", []string{"--debug-addr", "nope"}},
+		{"synchronous", []string{"--sqlite-synchronous", "SOMETIMES"}},
+		{"grace", []string{"--grace", "-1s"}},
+		{"catalog", []string{"--catalog", "/no/such/catalog.json"}},
+		{"body timeout", []string{"--body-timeout", "-5s"}},
+		{"write stall", []string{"--write-stall", "-5s"}},
+		{"max upload pixels", []string{"--max-upload-pixels", "0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			data := filepath.Join(t.TempDir(), "data")
+			var o, e bytes.Buffer
+			args := append([]string{"serve", "--data", data, "--addr", "127.0.0.1:0", "--workers", "0"}, tc.args...)
+			// A serve that starts runs until ctx ends, then exits 0.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if code := run(ctx, args, &o, &e); code == 0 {
+				t.Fatalf("serve %v exited 0", tc.args)
+			}
+			if _, err := os.Stat(data); !os.IsNotExist(err) {
+				t.Fatalf("serve %v created %s (%v); stderr %s", tc.args, data, err, e.String())
+			}
+			if strings.Contains(o.String(), "stu_") {
+				t.Fatalf("serve %v printed a token", tc.args)
+			}
+		})
 	}
 }

@@ -30,10 +30,11 @@ func (m *Main) buildPublications(d *deps) (*pubDeps, error) {
 	}
 	p := &pubDeps{blobs: b, channels: map[string]publish.Channel{}}
 	p.uploads = &intent.Uploads{
-		Store:   m.store,
-		Blobs:   blobWriter{b},
-		Locker:  d.metrics.Locker("upload", engineLocker{d.locks}),
-		Observe: d.metrics.Intent,
+		Store:     m.store,
+		Blobs:     blobWriter{b},
+		Locker:    d.metrics.Locker("upload", engineLocker{d.locks}),
+		Observe:   d.metrics.Intent,
+		MaxPixels: m.Config.MaxUploadPixels,
 	}
 	g, err := publish.NewGallery(filepath.Join(m.Config.Data, "gallery"), b, m.store)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -65,14 +64,14 @@ func (m *Main) Run(ctx context.Context) error {
 	m.store = s
 	m.onClose(func(context.Context) error { return s.Close() })
 
+	deps, err := m.build(ctx)
+	if err != nil {
+		return err
+	}
 	if m.Mode == modeServe {
 		if err := m.ensureFirstToken(ctx); err != nil {
 			return err
 		}
-	}
-	deps, err := m.build(ctx)
-	if err != nil {
-		return err
 	}
 	if err := m.startWorkers(ctx, deps); err != nil {
 		return err
@@ -212,16 +211,22 @@ func (m *Main) ensureFirstToken(ctx context.Context) error {
 		return err
 	}
 	path := filepath.Join(m.Config.Data, "token")
-	if err := os.MkdirAll(m.Config.Data, 0o755); err != nil {
-		return fmt.Errorf("create data directory: %w", err)
-	}
-	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+	written, err := writeTokenFile(m.Config.Data, token)
+	switch {
+	case err != nil:
 		// The token is stored (hashed) and printed below; only the file
 		// copy is missing.
 		m.Logger.Error("could not write the token file", "file", path, "err", err)
+		fmt.Fprintf(m.Stdout, "Created a token for the actor \"local\" (shown only now; not written: %v):\n%s\n", err, token)
+	case !written:
+		// The file is another database's token (say, a SQLite server's,
+		// and this is PostgreSQL): it stays as it is.
+		m.Logger.Warn("the token file exists: the new token was not written", "file", path)
+		fmt.Fprintf(m.Stdout, "Created a token for the actor \"local\" (shown only now; not written: %s already exists, perhaps for another database):\n%s\n", path, token)
+	default:
+		fmt.Fprintf(m.Stdout, "Created a token for the actor \"local\" (also in %s; shown only now):\n%s\n", path, token)
 	}
-	fmt.Fprintf(m.Stdout, "Created a token for the actor \"local\" (also in %s; shown only now):\n%s\n", path, token)
-	m.Logger.Info("created the first token", "actor", "local", "file", path)
+	m.Logger.Info("created the first token", "actor", "local", "file", path, "written", written)
 	return nil
 }
 

@@ -71,6 +71,10 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	if err != nil {
 		return nil, err
 	}
+	uploadDir, err := m.uploadDir()
+	if err != nil {
+		return nil, err
+	}
 	srv, err := httpapi.New(httpapi.Config{
 		CursorKey:    cursorKey,
 		Generations:  loggedService{d.service, m.Logger},
@@ -81,6 +85,8 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		Logger:       m.Logger,
 		Metrics:      d.metrics.Handler(),
 		Observe:      observeRequests(d.metrics),
+		Limits:       cfg.httpLimits(),
+		UploadDir:    uploadDir,
 	})
 	if err != nil {
 		return nil, err
