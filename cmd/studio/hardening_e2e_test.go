@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -205,5 +209,97 @@ func TestFlagsValidatedBeforeSideEffects(t *testing.T) {
 				t.Fatalf("serve %v printed a token", tc.args)
 			}
 		})
+	}
+}
+
+// TestDataIsOwnerOnly: a first start makes the data directory, studio.db
+// with its WAL and shared-memory files, the assets, the upload spool and
+// the token owner-only: 0700 directories, 0600 files (whatever the umask
+// lets through, nothing for group and others).
+func TestDataIsOwnerOnly(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.Data = filepath.Join(t.TempDir(), "fresh", "data")
+	cfg.Workers = 1
+	m, _ := startMain(t, cfg)
+	c := newClient(t, m.Addr(), readToken(t, cfg.Data))
+	ctx := context.Background()
+	var batch struct {
+		ID    string
+		State string
+	}
+	if resp, err := c.do(ctx, "POST", "/v1/generations", generation("modes", "f01"), &batch); err != nil || resp.StatusCode != 201 {
+		t.Fatalf("create: %v %v", resp, err)
+	}
+	pollFor(t, 60*time.Second, "the batch to succeed", func() bool {
+		c.do(ctx, "GET", "/v1/batches/"+batch.ID, nil, &batch)
+		return batch.State == "succeeded"
+	})
+	seen := map[string]bool{}
+	err := filepath.WalkDir(cfg.Data, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(cfg.Data, path)
+		if rel == "gallery" {
+			return filepath.SkipDir // published files: the gallery's own rules
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		seen[strings.SplitN(rel, string(filepath.Separator), 2)[0]] = true
+		if perm := info.Mode().Perm(); perm&0o077 != 0 {
+			t.Errorf("%s is %v: group or others may use it", rel, perm)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{".", "studio.db", "studio.db-wal", "studio.db-shm", "assets", "token", "uploads"} {
+		if !seen[want] {
+			t.Errorf("no %s in the data directory (saw %v)", want, seen)
+		}
+	}
+}
+
+// TestSIGTERMWithAStuckClient runs the binary, opens a connection whose
+// upload body stops half way (its body deadline far off), and sends
+// SIGTERM: once the grace period has passed, serve closes what is left,
+// logs how many connections it cut, and exits 0.
+func TestSIGTERMWithAStuckClient(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	p := startProcess(t, []string{"STUDIO_DATA=" + data, "STUDIO_WORKERS=0"},
+		"serve", "--addr", "127.0.0.1:0", "--grace", "1s", "--body-timeout", "10m")
+	token := readToken(t, data)
+	conn, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "POST /v1/uploads HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: image/png\r\nContent-Length: 100000\r\n\r\n\x89PNG\r\n\x1a\n", token); err != nil {
+		t.Fatal(err)
+	}
+	// Give the server time to take the stuck request: a request on another
+	// connection is answered first. (Taken or not, the connection is open
+	// when SIGTERM comes, and shutdown waits for it.)
+	c := newClient(t, p.Addr, token)
+	if resp, err := c.do(context.Background(), "GET", "/healthz", nil, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(60 * time.Second); code != 0 {
+		t.Fatalf("serve exited %d after SIGTERM with a stuck client, want 0", code)
+	}
+	lines := parseLogs(t, p.logs.String())
+	cut := find(lines, "cut connections left after the grace period", nil)
+	if len(cut) != 1 || cut[0]["connections"] != float64(1) {
+		t.Fatalf("no log line naming 1 connection cut: %v", cut)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, conn); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the stuck connection was not closed: %v", err)
 	}
 }

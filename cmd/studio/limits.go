@@ -136,3 +136,16 @@ func writeTokenFile(dir, token string) (written bool, err error) {
 	}
 	return true, nil
 }
+
+// makeDataDir makes the data directory owner-only (0700) when it is
+// missing; what goes in it is owner-only too. An existing directory is
+// left as it is.
+func makeDataDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create data directory: %w", err)
+	}
+	return nil
+}

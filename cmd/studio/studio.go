@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -57,6 +58,9 @@ func NewMain(cfg Config, mode string, stdout, stderr io.Writer) *Main {
 // starts the workers and the HTTP server, and returns.
 func (m *Main) Run(ctx context.Context) error {
 	cfg := m.Config
+	if err := makeDataDir(cfg.Data); err != nil {
+		return err
+	}
 	s, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
@@ -127,22 +131,17 @@ func (m *Main) startHTTP(deps *deps) error {
 		return fmt.Errorf("listen on %s: %w", m.Config.Addr, err)
 	}
 	m.ln = ln
-	m.server = &http.Server{
-		Handler:           deps.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
-	}
+	open := new(atomic.Int64)
+	m.server = m.newHTTPServer(deps.handler, open)
 	go func() {
 		if err := m.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.Logger.Error("http server stopped", "err", err)
 		}
 	}()
 	m.onClose(func(ctx context.Context) error {
-		if err := m.server.Shutdown(ctx); err != nil {
-			return fmt.Errorf("stop http: %w", err)
-		}
-		return nil
+		grace, cancel := context.WithTimeout(ctx, m.Config.Grace)
+		defer cancel()
+		return stopHTTP(ctx, m.server, open, grace, m.Logger)
 	})
 	m.Logger.Info("serving", "addr", ln.Addr().String(), "mode", m.Mode, "workers", m.Config.Workers,
 		"database", m.databaseName())
