@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"net"
@@ -302,4 +304,46 @@ func TestSIGTERMWithAStuckClient(t *testing.T) {
 	if _, err := io.Copy(io.Discard, conn); err != nil && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("the stuck connection was not closed: %v", err)
 	}
+}
+
+// TestUploadsSpoolInTheDataDirectory runs the binary with a system temp
+// directory that does not exist: an upload still works (its body is
+// spooled in DATA/uploads, never in /tmp), leaves nothing behind there,
+// and a 1,000,000 x 1,000,000 PNG header is refused with 413.
+func TestUploadsSpoolInTheDataDirectory(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	p := startProcess(t, []string{"STUDIO_DATA=" + data, "STUDIO_WORKERS=0", "TMPDIR=" + filepath.Join(data, "no-such-tmp")},
+		"serve", "--addr", "127.0.0.1:0")
+	c := newClient(t, p.Addr, readToken(t, data))
+	ctx := context.Background()
+	resp, err := c.upload(ctx, "image/png", bytes.NewReader(pngImage(t, 32, 32, 7)), nil)
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("upload with no system temp directory: %v %v", resp, err)
+	}
+	entries, err := os.ReadDir(filepath.Join(data, "uploads"))
+	if err != nil || len(entries) != 0 {
+		t.Fatalf("DATA/uploads after the upload: %v %v", entries, err)
+	}
+	huge := pngClaiming(1_000_000, 1_000_000)
+	var prob problemAnswer
+	resp, err = c.upload(ctx, "image/png", bytes.NewReader(huge), &prob)
+	if err != nil || resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(prob.Detail, "pixels") {
+		t.Fatalf("a 1,000,000 x 1,000,000 PNG: %v %+v %v", resp, prob, err)
+	}
+}
+
+// pngClaiming is a PNG whose header claims w x h pixels (CRCs right), with
+// a tiny image data chunk that does not match.
+func pngClaiming(w, h uint32) []byte {
+	chunk := func(typ string, data []byte) []byte {
+		b := binary.BigEndian.AppendUint32(nil, uint32(len(data)))
+		b = append(append(b, typ...), data...)
+		return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(append([]byte(typ), data...)))
+	}
+	ihdr := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, w), h)
+	ihdr = append(ihdr, 8, 6, 0, 0, 0)
+	out := append([]byte("\x89PNG\r\n\x1a\n"), chunk("IHDR", ihdr)...)
+	out = append(out, chunk("IDAT", []byte{0x78, 0x9c, 0x63, 0x00, 0x00, 0x00, 0x01, 0x00, 0x01})...)
+	return append(out, chunk("IEND", nil)...)
 }
