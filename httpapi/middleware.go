@@ -57,7 +57,7 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			rec.Route = rctx.RoutePattern()
 		}
 		attrs := []slog.Attr{
-			slog.String("method", rec.Method),
+			slog.String("method", truncate(rec.Method, 40)), // a made-up method may be long
 			slog.String("route", rec.Route),
 			slog.Int("status", rec.Status),
 			slog.Duration("duration", rec.Duration),
