@@ -347,3 +347,23 @@ func pngClaiming(w, h uint32) []byte {
 	out = append(out, chunk("IDAT", []byte{0x78, 0x9c, 0x63, 0x00, 0x00, 0x00, 0x01, 0x00, 0x01})...)
 	return append(out, chunk("IEND", nil)...)
 }
+
+// TestHeaderSizeLimit: headers over the server's limit (64 KiB) are
+// refused with 431 before any handler runs.
+func TestHeaderSizeLimit(t *testing.T) {
+	t.Parallel()
+	m, _ := startMain(t, testConfig(t))
+	req, err := http.NewRequest("GET", "http://"+m.Addr()+"/healthz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Padding", strings.Repeat("x", 200<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("200 KiB of headers: %d, want 431", resp.StatusCode)
+	}
+}
