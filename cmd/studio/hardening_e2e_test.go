@@ -177,10 +177,19 @@ func TestTokenFileNeverOverwritten(t *testing.T) {
 // creates anything: no token, no database, no data directory.
 func TestFlagsValidatedBeforeSideEffects(t *testing.T) {
 	t.Parallel()
+	// A remote generator whose key variable is unset: the catalog does not
+	// load, and that is found before the first token, not after.
+	keyless := filepath.Join(t.TempDir(), "keyless.json")
+	if err := os.WriteFile(keyless, []byte(`{"generators": [{"id": "remote", "kind": "openai",
+		"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "STUDIO_TEST_UNSET_KEY_VARIABLE"}],
+		"routes": {"auto": ["remote"]}, "subjects": []}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
 	}{
+		{"catalog generator without its key", []string{"--catalog", keyless, "--workers", "1"}},
 		{"webhook scheme", []string{"--webhook-url", "ftp://example.com/hook"}},
 		{"webhook no host", []string{"--webhook-url", "http:///hook"}},
 		{"webhook garbage", []string{"--webhook-url", "::not a url"}},
