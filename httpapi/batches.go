@@ -11,7 +11,7 @@ import (
 )
 
 // taskStates are the values the tasks list's state filter accepts.
-var taskStates = []string{intent.StateQueued, intent.StateRunning, intent.StateSucceeded, intent.StateFailed, intent.StateCanceled}
+var taskStates = []intent.State{intent.StateQueued, intent.StateRunning, intent.StateSucceeded, intent.StateFailed, intent.StateCanceled}
 
 // getBatch is GET /v1/batches/{id}.
 func (s *Server) getBatch(w http.ResponseWriter, r *http.Request) {
@@ -56,7 +56,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 	}
 	batchID := chi.URLParam(r, "id")
 	state, err := single(q, "state")
-	if err == nil && q.Has("state") && !slices.Contains(taskStates, state) {
+	if err == nil && q.Has("state") && !slices.Contains(taskStates, intent.State(state)) {
 		err = invalidQuery("state", "must be one of queued, running, succeeded, failed, canceled")
 	}
 	if err != nil {
@@ -71,7 +71,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	actor, _ := ActorFrom(r.Context())
-	items, err := s.store.ListTasks(r.Context(), batchID, store.ListParams{Actor: actor, Limit: pg.limit + 1, After: pg.after, State: state})
+	items, err := s.store.ListTasks(r.Context(), batchID, store.ListParams{Actor: actor, Limit: pg.limit + 1, After: pg.after, State: intent.State(state)})
 	if err != nil {
 		s.Error(w, r, notFoundAs(err, "batch"))
 		return

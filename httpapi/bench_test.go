@@ -2,15 +2,20 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-json-experiment/json"
 
 	"studio/httpapi"
 	"studio/intent"
+	"studio/locks"
+	"studio/lockservice"
 	"studio/planner"
 )
 
@@ -101,4 +106,63 @@ func benchCreate(b *testing.B, h *harness, id string) intent.Batch {
 		b.Fatal(err)
 	}
 	return batch
+}
+
+// BenchmarkLockAcquireRelease: one acquire and one release of a free key
+// over HTTP ("http"), against the lock service called directly ("service")
+// and the floor: the two token look-ups the two requests make, and one
+// engine Hold of the same key with a no-op fn.
+func BenchmarkLockAcquireRelease(b *testing.B) {
+	h, svc, eng := newLockHarnessParts(b, lockservice.Config{})
+	ctx := context.Background()
+	lock := eng.Lock(lockservice.Scope("alice", "bench"))
+	noop := func(context.Context, *locks.Lease) error { return nil }
+	var ids atomic.Int64 // request ids, unique across every run
+	b.Run("floor", func(b *testing.B) {
+		for b.Loop() {
+			for range 2 {
+				if _, err := h.store.ActorForToken(ctx, httpapi.HashToken(h.tokens["alice"])); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := lock.Hold(ctx, "k", noop); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("service", func(b *testing.B) {
+		for b.Loop() {
+			i := ids.Add(1)
+			for range 2 {
+				if _, err := h.store.ActorForToken(ctx, httpapi.HashToken(h.tokens["alice"])); err != nil {
+					b.Fatal(err)
+				}
+			}
+			l, _, err := svc.Acquire(ctx, "alice", fmt.Sprint("s", i), lockservice.Request{Name: "bench", Key: "k", TTL: 30 * time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := svc.Release(ctx, "alice", l.ID); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("http", func(b *testing.B) {
+		for b.Loop() {
+			i := ids.Add(1)
+			w := h.lockCall("alice", "acquire", acquireJSON(fmt.Sprint("h", i), "bench", "k", 30000, 0, 0))
+			if w.Code != http.StatusCreated {
+				b.Fatal(w.Code, w.Body)
+			}
+			var l struct {
+				LeaseID string `json:"lease_id"`
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &l); err != nil {
+				b.Fatal(err)
+			}
+			if w := h.lockCall("alice", "release", leaseJSON(l.LeaseID)); w.Code != http.StatusOK {
+				b.Fatal(w.Code, w.Body)
+			}
+		}
+	})
 }

@@ -21,6 +21,9 @@ var statusOf = map[string]int{
 	intent.ETooLarge:         http.StatusRequestEntityTooLarge,
 	intent.EUnsupportedMedia: http.StatusUnsupportedMediaType,
 	intent.EUnprocessable:    http.StatusUnprocessableEntity,
+	intent.EGone:             http.StatusGone,
+	intent.ELocked:           http.StatusLocked,
+	intent.ETooMany:          http.StatusTooManyRequests,
 	intent.EUnavailable:      http.StatusServiceUnavailable,
 	intent.EInternal:         http.StatusInternalServerError,
 }

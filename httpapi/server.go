@@ -21,6 +21,21 @@ type Generations interface {
 	CreateGeneration(ctx context.Context, actor, requestID string, in intent.GenerationInput) (intent.GenerationResult, error)
 }
 
+// Store is what the API needs of the store: the reads it answers, the
+// batch cancel, the token look-up and the readiness check. store.Store has
+// it.
+type Store interface {
+	GetBatch(ctx context.Context, actor, id string) (intent.Batch, error)
+	ListBatches(ctx context.Context, p store.ListParams) ([]intent.Batch, error)
+	ListTasks(ctx context.Context, batchID string, p store.ListParams) ([]intent.Task, error)
+	CancelBatch(ctx context.Context, actor, id string) (intent.Batch, error)
+	GetAsset(ctx context.Context, actor, id string) (intent.Asset, error)
+	ActorForToken(ctx context.Context, tokenHash string) (string, error)
+	Ping(ctx context.Context) error
+}
+
+var _ Store = store.Store(nil)
+
 // Blobs opens stored asset bytes by their SHA-256 (lowercase hex). A
 // missing blob is an error: an asset row never exists without its bytes.
 type Blobs interface {
@@ -60,7 +75,7 @@ type Config struct {
 	// Generations runs POST /v1/generations (required).
 	Generations Generations
 	// Store answers reads, cancels and token look-ups (required).
-	Store store.Store
+	Store Store
 	// Blobs serves asset bytes; without it GET /v1/assets/{id}/content
 	// answers 503.
 	Blobs Blobs
@@ -72,6 +87,8 @@ type Config struct {
 	// Publications runs POST /v1/publications and GET
 	// /v1/publications/{id}; without it they answer 503.
 	Publications Publications
+	// Locks serves /v1/locks/; without it those routes answer 503.
+	Locks Locks
 	// Logger receives one line per request and the details of internal
 	// errors; slog.Default() when nil.
 	Logger *slog.Logger
@@ -108,11 +125,12 @@ type RequestRecord struct {
 // Server is studio's HTTP API.
 type Server struct {
 	gens      Generations
-	store     store.Store
+	store     Store
 	blobs     Blobs
 	uploads   Uploads
 	uploadDir string
 	pubs      Publications
+	locks     Locks
 	log       *slog.Logger
 	limits    Limits
 	metrics   http.Handler
@@ -154,6 +172,7 @@ func New(cfg Config) (*Server, error) {
 		uploads:   cfg.Uploads,
 		uploadDir: cfg.UploadDir,
 		pubs:      cfg.Publications,
+		locks:     cfg.Locks,
 		log:       cfg.Logger,
 		limits:    cfg.Limits,
 		metrics:   cfg.Metrics,
@@ -200,6 +219,10 @@ func (s *Server) routes() *chi.Mux {
 		r.Post("/batches/{id}/cancel", s.cancelBatch)
 		r.Get("/assets/{id}", s.getAsset)
 		r.Get("/assets/{id}/content", s.getAssetContent)
+		r.Post("/locks/acquire", s.acquireLock)
+		r.Post("/locks/renew", s.renewLock)
+		r.Post("/locks/release", s.releaseLock)
+		r.Get("/locks/inspect", s.inspectLock)
 		r.Post("/uploads", s.createUpload)
 		r.Post("/publications", s.createPublication)
 		r.Get("/publications/{id}", s.getPublication)

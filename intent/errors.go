@@ -16,6 +16,9 @@ const (
 	ETooLarge         = "too_large"         // 413: the body is over its limit
 	EUnsupportedMedia = "unsupported_media" // 415: the body is not of an accepted type
 	EUnprocessable    = "unprocessable"     // 422: well-formed, but the plan refuses it
+	EGone             = "gone"              // 410: a lease that existed has ended
+	ELocked           = "locked"            // 423: a lock key was not free in time
+	ETooMany          = "too_many"          // 429: the caller holds too much already
 	EUnavailable      = "unavailable"       // 503: shutting down or a dependency is down
 	EInternal         = "internal"          // 500: a bug or an unexpected failure
 )

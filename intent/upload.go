@@ -92,7 +92,7 @@ type Uploads struct {
 	MaxPixels int64
 	// Observe, when set, is told the outcome of every upload (operation
 	// OpUpload): created, replayed, conflict, invalid or error.
-	Observe func(operation, outcome string)
+	Observe func(operation string, outcome Outcome)
 }
 
 // UploadRequest is one upload: the bytes, already spooled, with the type
@@ -191,7 +191,7 @@ func (u *Uploads) store(ctx context.Context, req UploadRequest, img ImageInfo) (
 }
 
 // observeOutcome tells fn (when set) the outcome of one operation.
-func observeOutcome(fn func(operation, outcome string), op string, replayed bool, err error) {
+func observeOutcome(fn func(operation string, outcome Outcome), op string, replayed bool, err error) {
 	if fn == nil {
 		return
 	}

@@ -2,8 +2,16 @@
 // processes: Hold runs a function while no one else holds the key,
 // Semaphore lets up to N hold it, and every holder gets a fence to guard the
 // writes it makes. It depends on nothing of studio; a Store keeps the
-// leases (MemoryStore in one process; studio's SQLite store, or any Store
-// that passes lockstest.Run, across processes).
+// leases: MemoryStore in one process; across processes
+// studio/locks/sqlitelock (one SQLite file), studio/locks/pglock
+// (PostgreSQL), or any Store that passes lockstest.Run.
+//
+// Engine.Inspect shows who holds a key (fences and expiries, never
+// owners) and how many wait; Engine.Lock names a family of keys with its
+// own defaults:
+//
+//	summaries := e.Lock("summaries", locks.TTL(30*time.Second))
+//	err := summaries.Hold(ctx, chatID, fn)
 //
 //	e := locks.New(store)
 //	defer e.Close()
@@ -86,8 +94,10 @@
 // the next holder is whichever engine asks first: its own next waiter
 // usually, as that one is woken at once. There is no ordering and no
 // starvation bound between processes; bound the wait with Wait or ctx. A
-// store that can notify waiters (PostgreSQL LISTEN/NOTIFY) could shorten
-// the polling; the stores here do not.
+// store that is a Notifier (pglock, through LISTEN/NOTIFY) wakes the first
+// waiter of each engine as soon as another process releases the key, so
+// the handoff costs a notification and one acquisition instead of up to a
+// poll interval; polling stays the fallback.
 //
 // # Keys and limits
 //

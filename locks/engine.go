@@ -3,16 +3,26 @@ package locks
 import (
 	"container/list"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // cleanupTimeout bounds the release that follows an acquisition whose
 // outcome is unknown.
 const cleanupTimeout = 30 * time.Second
+
+// CloseGrace is how long Close lets store calls that give keys back (the
+// releases of holds that end because of Close) run before it cancels them;
+// acquisitions and renewals in flight are canceled at once.
+const CloseGrace = time.Second
 
 // errReleased is the cause of fn's context once fn has returned and the
 // lease is being released, for goroutines fn left behind.
@@ -22,17 +32,30 @@ var errReleased = errors.New("locks: lease released")
 // holder per key), Semaphore for up to N holders. Waiters of this engine on
 // one key are served first come, first served; waiters in other engines or
 // processes compete through the store. An Engine is safe for concurrent use.
+//
+// Lock ownership: e.mu guards the queues, the list of leases, the renewal
+// heap and closed. Each helper below takes and releases e.mu itself and
+// never calls the store while holding it; the few that expect it held say
+// so and end in Locked. No function unlocks a mutex its caller locked.
 type Engine struct {
 	store    Store
 	defaults settings
+	prefix   [32]byte      // 128 random bits in hex: every owner starts with them
+	owners   atomic.Uint64 // the counter after the prefix
 
-	mu     sync.Mutex
-	queues map[queueKey]*queue
-	spare  *queue // a dropped queue, kept for the next key
-	active *Lease // running leases, linked through prev and next
-	closed bool
-	done   chan struct{} // closed by Close
-	holds  sync.WaitGroup
+	// calls ends CloseGrace after Close begins: store calls that give keys
+	// back carry it (see storeCtx).
+	calls     context.Context
+	stopCalls context.CancelCauseFunc
+
+	mu          sync.Mutex
+	queues      map[queueKey]*queue
+	swept       int    // len(queues) after the last sweep of idle queues
+	active      *Lease // leases from enter to release, linked through prev and next
+	closed      bool
+	grace       *time.Timer // cancels calls, once Close has waited CloseGrace
+	holds       sync.WaitGroup
+	unsubscribe func() // from a Notifier store
 
 	renewals   renewHeap   // running leases by next renewal
 	renewTimer *time.Timer // fires at armedAt (zero: not armed)
@@ -40,14 +63,33 @@ type Engine struct {
 }
 
 // New returns an engine over store. The options become the defaults of
-// every hold; an invalid one makes every hold fail with ErrInvalid.
+// every hold; an invalid one makes every hold fail with ErrInvalid. If the
+// store is a Notifier, a release in another process wakes this engine's
+// first waiter of the key at once; polling stays the fallback.
 func New(store Store, opts ...Option) *Engine {
-	return &Engine{
+	e := &Engine{
 		store:    store,
 		defaults: defaultSettings().with(opts),
 		queues:   make(map[queueKey]*queue),
-		done:     make(chan struct{}),
 	}
+	var seed [16]byte
+	binary.LittleEndian.PutUint64(seed[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(seed[8:], rand.Uint64())
+	hex.Encode(e.prefix[:], seed[:])
+	e.calls, e.stopCalls = context.WithCancelCause(context.Background())
+	if n, ok := store.(Notifier); ok {
+		e.unsubscribe = n.Subscribe(e.released)
+	}
+	return e
+}
+
+// released wakes the first waiter of a key that another process released.
+func (e *Engine) released(slot bool, key string) {
+	e.mu.Lock()
+	if q := e.queues[queueKey{slot: slot, key: key}]; q != nil {
+		q.wakeFront()
+	}
+	e.mu.Unlock()
 }
 
 // Hold waits until key is free (or ctx ends, or the Wait option runs out),
@@ -62,43 +104,51 @@ func New(store Store, opts ...Option) *Engine {
 // ErrRelease. A panic in fn releases the key and goes on up. Waiting ends
 // with a *TimeoutError (Wait option), ErrClosed, or ctx's cause.
 func (e *Engine) Hold(ctx context.Context, key string, fn func(ctx context.Context, l *Lease) error, opts ...Option) error {
-	_, err := e.hold(ctx, target{}, key, fn, opts, false)
+	_, err := e.hold(ctx, target{}, key, fn, e.defaults, opts, false)
 	return err
 }
 
 // TryHold runs fn holding key only if key is free now: not held, and no
-// waiter of this engine queued for it. It reports whether fn ran; err is as
-// Hold's when it ran, or the store's error when asking failed.
+// waiter of this engine queued for it; Hold with Wait(0) runs fn in
+// exactly the same cases, and fails with a *TimeoutError where TryHold
+// answers false. It reports whether fn ran; err is as Hold's when it ran,
+// or the store's error when asking failed.
 func (e *Engine) TryHold(ctx context.Context, key string, fn func(ctx context.Context, l *Lease) error, opts ...Option) (ran bool, err error) {
-	return e.hold(ctx, target{}, key, fn, opts, true)
+	return e.hold(ctx, target{}, key, fn, e.defaults, opts, true)
 }
 
 // Close ends the engine: every waiter returns ErrClosed, every running fn's
-// context ends with cause ErrClosed, and Close returns once every Hold has
-// released its lease and returned. Later holds fail with ErrClosed. Close
-// may be called more than once; it must not be called from inside fn.
+// context ends with cause ErrClosed, store calls in flight that acquire or
+// renew are canceled, and Close returns once every Hold has returned. The
+// releases of those holds get CloseGrace to reach the store, then they are
+// canceled too (the key then stays taken until its TTL runs out). Later
+// holds fail with ErrClosed. Close may be called more than once; it must
+// not be called from inside fn.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if !e.closed {
 		e.closed = true
-		close(e.done)
 		for l := e.active; l != nil; l = l.next {
 			l.cancel(ErrClosed)
 		}
+		e.grace = time.AfterFunc(CloseGrace, func() { e.stopCalls(ErrClosed) })
 	}
 	e.mu.Unlock()
 	e.holds.Wait()
+	e.stopCalls(ErrClosed)
 	e.mu.Lock()
+	e.grace.Stop()
 	if e.renewTimer != nil {
 		e.renewTimer.Stop()
 	}
+	unsubscribe := e.unsubscribe
+	e.unsubscribe = nil
 	e.mu.Unlock()
+	if unsubscribe != nil {
+		unsubscribe()
+	}
 	return nil
 }
-
-// ErrRelease wraps a failure to release a lease after fn returned. The key
-// stays taken until the lease's TTL runs out; fn's own result is unchanged.
-var ErrRelease = errors.New("locks: release failed")
 
 // target is what a hold takes: a lock (limit 0) or a slot of a semaphore.
 type target struct{ limit int }
@@ -139,16 +189,19 @@ type queueKey struct {
 }
 
 // queue is this engine's state for one key: its waiters in arrival order
-// and how many of its leases this engine holds. Only the caller at the
-// front asks the store, one at a time, and only while held is below the
-// capacity; so this engine never races itself for a key, and a release here
-// wakes exactly the next waiter in line. It exists while it has waiters,
-// holders or someone asking.
+// and how many of its leases this engine holds. Only one caller at a time
+// asks the store (asking), the front waiter or a caller that found the
+// line empty, and only while held is below the capacity; so this engine
+// never races itself for a key, and a release here wakes exactly the next
+// waiter in line. An idle queue (no waiter, no holder, nobody asking) stays
+// in the map for the key's next caller until a sweep drops it.
 type queue struct {
 	waiters list.List // of *waiter
 	held    int
-	asking  bool // a caller at the front is asking the store
+	asking  bool
 }
+
+func (q *queue) idle() bool { return q.held == 0 && q.waiters.Len() == 0 && !q.asking }
 
 type waiter struct {
 	wake chan struct{} // capacity 1: "look again"
@@ -165,27 +218,13 @@ func (q *queue) wakeFront() {
 	}
 }
 
-// enter counts a hold in, unless the engine is closed.
-func (e *Engine) enter() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return false
-	}
-	e.holds.Add(1)
-	return true
-}
-
-func (e *Engine) hold(ctx context.Context, t target, key string, fn func(context.Context, *Lease) error, opts []Option, try bool) (bool, error) {
-	s := e.defaults.with(opts)
+func (e *Engine) hold(ctx context.Context, t target, key string, fn func(context.Context, *Lease) error, base settings, opts []Option, try bool) (bool, error) {
+	s := base.with(opts)
 	if s.err != nil {
 		return false, fmt.Errorf("locks: hold: %w", s.err)
 	}
 	if err := CheckKey(key); err != nil {
 		return false, fmt.Errorf("locks: hold: %w", err)
-	}
-	if t.limit < 0 {
-		return false, fmt.Errorf("locks: hold: %w: semaphore limit %d", ErrInvalid, t.limit)
 	}
 	if fn == nil {
 		return false, fmt.Errorf("locks: hold: %w: nil fn", ErrInvalid)
@@ -193,287 +232,347 @@ func (e *Engine) hold(ctx context.Context, t target, key string, fn func(context
 	if try {
 		s.wait = 0
 	}
-	if !e.enter() {
-		return false, fmt.Errorf("locks: hold %q: %w", key, ErrClosed)
+	if ctx.Err() != nil {
+		return false, fmt.Errorf("locks: hold %q: %w", key, context.Cause(ctx))
+	}
+	l := e.newLease(ctx, t, key, s.ttl)
+	w, err := e.enter(l)
+	if err != nil {
+		l.cancel(err)
+		return false, fmt.Errorf("locks: hold %q: %w", key, err)
 	}
 	defer e.holds.Done()
-	l, err := e.acquire(ctx, t, key, s)
-	if err != nil {
+	if err := e.acquire(l, w, s); err != nil {
+		e.abandon(l)
 		if try && errors.Is(err, ErrTimeout) {
 			return false, nil
 		}
 		return false, err
 	}
-	return true, e.run(ctx, l, fn, s)
+	return true, e.run(l, fn, s)
 }
 
-// acquire waits in key's queue until its turn, then asks the store; while
-// the store refuses (another process holds the key) it polls with backoff.
-//
-// A caller that finds the key idle in this engine (no waiter, nobody
-// asking, a free slot) asks the store at once without queueing: that is the
-// uncontended path, with nothing to allocate for waiting.
-func (e *Engine) acquire(ctx context.Context, t target, key string, s settings) (*Lease, error) {
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("locks: hold %q: %w", key, context.Cause(ctx))
+// newLease makes the lease a hold will try to get: its fn context (which
+// also carries the store calls that acquire it, so that Close cancels
+// them) and its first owner.
+func (e *Engine) newLease(ctx context.Context, t target, key string, ttl time.Duration) *Lease {
+	l := &Lease{key: key, t: t, ttl: ttl, idx: -1, e: e}
+	l.ctx, l.cancel = context.WithCancelCause(ctx)
+	base := ctx
+	if ctx.Done() != nil {
+		base = context.WithoutCancel(ctx)
 	}
-	qk := queueKey{slot: t.limit > 0, key: key}
+	l.calls = storeCtx{Context: base, stop: e.calls}
+	n := copy(l.ownerBuf[:], e.prefix[:])
+	b := strconv.AppendUint(l.ownerBuf[:n], e.owners.Add(1), 16)
+	// The bytes are never written again: ask draws a later owner into a
+	// string of its own.
+	l.owner = unsafe.String(&b[0], len(b))
+	return l
+}
+
+// enter counts a hold in and links its lease (so that Close cancels it),
+// unless the engine is closed. It answers nil if the caller may ask the
+// store at once (the key's line is empty and this engine has room: the
+// uncontended path, with nothing to allocate for waiting), or the
+// caller's place at the back of the line.
+func (e *Engine) enter(l *Lease) (*waiter, error) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.closed {
-		e.mu.Unlock()
-		return nil, fmt.Errorf("locks: hold %q: %w", key, ErrClosed)
+		return nil, ErrClosed
 	}
+	e.holds.Add(1)
+	l.next = e.active
+	if e.active != nil {
+		e.active.prev = l
+	}
+	e.active = l
+	l.linked = true
+	qk := queueKey{slot: l.t.limit > 0, key: l.key}
 	q := e.queues[qk]
 	if q == nil {
-		q, e.spare = e.spare, nil
-		if q == nil {
-			q = &queue{}
-		}
+		e.sweepQueuesLocked()
+		q = &queue{}
 		e.queues[qk] = q
 	}
-	var w *waiter
-	askNow := true
-	if q.waiters.Len() == 0 && !q.asking && q.held < t.capacity() {
+	l.q = q
+	if q.waiters.Len() == 0 && !q.asking && q.held < l.t.capacity() {
 		q.asking = true
-		e.mu.Unlock()
-		l, err := e.try(ctx, t, key, s)
-		e.mu.Lock()
-		q.asking = false
-		if err != nil || l != nil || s.wait == 0 {
-			q.wakeFront()
-			if l != nil {
-				return e.granted(ctx, q, l) // unlocks
-			}
-			e.drop(qk, q)
-			e.mu.Unlock()
-			if err != nil {
-				return nil, err
-			}
-			return nil, &TimeoutError{Key: key, Wait: 0}
-		}
-		// Held elsewhere: wait at the front of the line, where this
-		// caller came, and poll before asking again.
-		w = &waiter{wake: make(chan struct{}, 1)}
-		w.elem = q.waiters.PushFront(w)
-		askNow = false
-	} else {
-		w = &waiter{wake: make(chan struct{}, 1)}
-		w.elem = q.waiters.PushBack(w)
+		return nil, nil
 	}
-	e.mu.Unlock()
+	w := &waiter{wake: make(chan struct{}, 1)}
+	w.elem = q.waiters.PushBack(w)
+	return w, nil
+}
 
+// sweepQueuesLocked drops idle queues once the map has doubled since the
+// last sweep: amortized O(1) per new key. e.mu is held.
+func (e *Engine) sweepQueuesLocked() {
+	if len(e.queues) <= 2*e.swept+64 {
+		return
+	}
+	for k, q := range e.queues {
+		if q.idle() {
+			delete(e.queues, k)
+		}
+	}
+	e.swept = len(e.queues)
+}
+
+// abandon unlinks a lease that was never granted (or was given back) and
+// ends its context.
+func (e *Engine) abandon(l *Lease) {
+	e.mu.Lock()
+	e.unlinkLocked(l)
+	e.mu.Unlock()
+	l.cancel(errReleased)
+}
+
+// unlinkLocked takes l off the list of leases. e.mu is held.
+func (e *Engine) unlinkLocked(l *Lease) {
+	if !l.linked {
+		return
+	}
+	if l.prev != nil {
+		l.prev.next = l.next
+	} else {
+		e.active = l.next
+	}
+	if l.next != nil {
+		l.next.prev = l.prev
+	}
+	l.prev, l.next, l.linked = nil, nil, false
+}
+
+// acquire gets l its lease. A caller whose turn came at once (w nil) asks
+// the store; if another process holds the key it waits at the front of
+// the line, where it came. Everyone else waits in line.
+func (e *Engine) acquire(l *Lease, w *waiter, s settings) error {
+	if w != nil {
+		return e.wait(l, w, s, true)
+	}
+	ok, err := e.ask(l)
+	if ok || err != nil || s.wait == 0 {
+		return e.settle(l, nil, ok, err)
+	}
+	return e.wait(l, e.waitAtFront(l.q), s, false)
+}
+
+// wait waits in l's line until its turn, then asks the store; while the
+// store refuses (another process holds the key) it polls with backoff,
+// woken early by a release in this engine or a Notifier. askNow: look at
+// the line before the first wait.
+func (e *Engine) wait(l *Lease, w *waiter, s settings, askNow bool) error {
 	var deadline <-chan time.Time
 	if s.wait > 0 {
 		timer := time.NewTimer(s.wait)
 		defer timer.Stop()
 		deadline = timer.C
 	}
-	var poll *time.Timer
-	defer func() {
-		if poll != nil {
-			poll.Stop()
-		}
-	}()
-	var pollC <-chan time.Time
-	backoff := s.pollMin
-	pollLater := func() {
-		d := jitter(backoff)
-		backoff = min(2*backoff, s.pollMax)
-		if poll == nil {
-			poll = time.NewTimer(d)
-		} else {
-			poll.Reset(d)
-		}
-		pollC = poll.C
-	}
+	p := poller{min: s.pollMin, max: s.pollMax, backoff: s.pollMin}
+	defer p.stop()
 	if !askNow {
-		pollLater()
+		p.later()
 	}
 	for {
 		if askNow {
-			e.mu.Lock()
-			turn := q.waiters.Front() == w.elem && !q.asking && q.held < t.capacity()
-			q.asking = q.asking || turn
-			e.mu.Unlock()
-			if turn {
-				l, err := e.try(ctx, t, key, s)
-				e.mu.Lock()
-				q.asking = false
-				switch {
-				case err != nil:
-					e.leaveLocked(qk, q, w)
-					e.mu.Unlock()
-					return nil, err
-				case l != nil:
-					q.waiters.Remove(w.elem)
-					q.wakeFront()               // a semaphore's next waiter may take another slot
-					return e.granted(ctx, q, l) // unlocks
-				case s.wait == 0:
-					e.leaveLocked(qk, q, w)
-					e.mu.Unlock()
-					return nil, &TimeoutError{Key: key, Wait: 0}
+			if e.takeTurn(l, w) {
+				ok, err := e.ask(l)
+				if ok || err != nil || s.wait == 0 {
+					return e.settle(l, w, ok, err)
 				}
-				e.mu.Unlock()
+				e.endTurn(l.q)
 				// Held elsewhere: nothing here will say when it is free.
-				pollLater()
+				p.later()
 			} else if s.wait == 0 {
-				e.leave(qk, q, w)
-				return nil, &TimeoutError{Key: key, Wait: 0}
+				e.leave(l.q, w)
+				return &TimeoutError{Key: l.key, Wait: 0}
 			}
 			// Not our turn: a release or a departure here wakes us.
 		}
 		select {
 		case <-w.wake:
-			backoff = s.pollMin
-			if poll != nil {
-				poll.Stop()
-			}
-			pollC = nil
+			p.reset()
 			askNow = true
-		case <-pollC:
-			pollC = nil
+		case <-p.c:
+			p.c = nil
 			askNow = true
 		case <-deadline:
-			e.leave(qk, q, w)
-			return nil, &TimeoutError{Key: key, Wait: s.wait}
-		case <-ctx.Done():
-			e.leave(qk, q, w)
-			return nil, fmt.Errorf("locks: hold %q: %w", key, context.Cause(ctx))
-		case <-e.done:
-			e.leave(qk, q, w)
-			return nil, fmt.Errorf("locks: hold %q: %w", key, ErrClosed)
+			e.leave(l.q, w)
+			return &TimeoutError{Key: l.key, Wait: s.wait}
+		case <-l.ctx.Done(): // the caller's context or Close
+			e.leave(l.q, w)
+			return fmt.Errorf("locks: hold %q: %w", l.key, context.Cause(l.ctx))
 		}
 	}
 }
 
-// try asks the store once for key under a fresh owner. It answers nil, nil
-// when the store refused. The caller's context goes to the store as is: if
-// it ends during the call, or the call fails otherwise, the outcome is
-// unknown, so try gives back whatever may have been taken (a release by an
-// owner that holds nothing changes nothing).
-func (e *Engine) try(ctx context.Context, t target, key string, s settings) (*Lease, error) {
-	owner := newOwner()
-	sent := time.Now()
-	fence, ok, err := t.acquire(ctx, e.store, key, owner, s.ttl)
-	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		_, _ = t.release(rctx, e.store, key, owner)
-		cancel()
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("locks: hold %q: %w", key, context.Cause(ctx))
-		}
-		return nil, fmt.Errorf("locks: acquire %q: %w", key, err)
-	}
-	if !ok {
-		return nil, nil
-	}
-	base := ctx
-	if ctx.Done() != nil {
-		base = context.WithoutCancel(ctx)
-	}
-	return &Lease{
-		key: key, owner: owner, fence: fence, t: t, ttl: s.ttl,
-		base: base, expires: sent.Add(s.ttl), idx: -1,
-	}, nil
+// poller is a waiter's backoff against other processes: a timer after
+// min, doubling up to max, each with jitter.
+type poller struct {
+	min, max, backoff time.Duration
+	t                 *time.Timer
+	c                 <-chan time.Time // nil while no poll is due
 }
 
-// granted counts the new lease among the holders, unless the caller or the
-// engine went away meanwhile: then it gives the lease back. e.mu is held
-// and granted unlocks it.
-func (e *Engine) granted(ctx context.Context, q *queue, l *Lease) (*Lease, error) {
-	q.held++
-	l.qk, l.q = queueKey{slot: l.t.limit > 0, key: l.key}, q
-	closed := e.closed
-	e.mu.Unlock()
-	var cause error
-	switch {
-	case closed:
-		cause = ErrClosed
-	case ctx.Err() != nil:
-		cause = context.Cause(ctx)
-	default:
-		return l, nil
+func (p *poller) later() {
+	d := jitter(p.backoff)
+	p.backoff = min(2*p.backoff, p.max)
+	if p.t == nil {
+		p.t = time.NewTimer(d)
+	} else {
+		p.t.Reset(d)
 	}
-	err := fmt.Errorf("locks: hold %q: %w", l.key, cause)
-	if rerr := e.release(l); rerr != nil {
-		err = errors.Join(err, fmt.Errorf("%w %q: %w", ErrRelease, l.key, rerr))
-	}
-	return nil, err
+	p.c = p.t.C
 }
 
-// leave takes a waiter out of its queue, passing the turn on if it had it.
-func (e *Engine) leave(qk queueKey, q *queue, w *waiter) {
+func (p *poller) reset() {
+	p.backoff = p.min
+	if p.t != nil {
+		p.t.Stop()
+	}
+	p.c = nil
+}
+
+func (p *poller) stop() {
+	if p.t != nil {
+		p.t.Stop()
+	}
+}
+
+// waitAtFront ends a turn that found the key held elsewhere and puts the
+// caller at the front of the line, where it came.
+func (e *Engine) waitAtFront(q *queue) *waiter {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.leaveLocked(qk, q, w)
+	q.asking = false
+	w := &waiter{wake: make(chan struct{}, 1)}
+	w.elem = q.waiters.PushFront(w)
+	return w
 }
 
-func (e *Engine) leaveLocked(qk queueKey, q *queue, w *waiter) {
+// takeTurn reports whether w may ask the store now (first in line, nobody
+// asking, room in this engine) and if so marks it asking.
+func (e *Engine) takeTurn(l *Lease, w *waiter) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	q := l.q
+	if q.waiters.Front() != w.elem || q.asking || q.held >= l.t.capacity() {
+		return false
+	}
+	q.asking = true
+	return true
+}
+
+// endTurn ends a turn that found the key held elsewhere; the caller stays
+// first in line.
+func (e *Engine) endTurn(q *queue) {
+	e.mu.Lock()
+	q.asking = false
+	e.mu.Unlock()
+}
+
+// leave takes a waiter out of its line, passing the turn on if it had it.
+func (e *Engine) leave(q *queue, w *waiter) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	front := q.waiters.Front() == w.elem
 	q.waiters.Remove(w.elem)
 	if front {
 		q.wakeFront()
 	}
-	e.drop(qk, q)
 }
 
-// drop forgets an idle queue. e.mu is held.
-func (e *Engine) drop(qk queueKey, q *queue) {
-	if q.held == 0 && q.waiters.Len() == 0 && !q.asking && e.queues[qk] == q {
-		delete(e.queues, qk)
-		e.spare = q // idle and empty: the next new queue can be this one
+// ask asks the store once for l's key under l's owner; false: held
+// elsewhere. The call carries l's context, so the caller giving up or
+// Close cancels it. If it fails the outcome is unknown: ask gives back
+// whatever may have been taken (a release by an owner that holds nothing
+// changes nothing) and draws a new owner for any later ask.
+func (e *Engine) ask(l *Lease) (bool, error) {
+	sent := time.Now()
+	fence, ok, err := l.t.acquire(l.ctx, e.store, l.key, l.owner, l.ttl)
+	if err != nil {
+		rctx, cancel := context.WithTimeout(&l.calls, cleanupTimeout)
+		_, _ = l.t.release(rctx, e.store, l.key, l.owner)
+		cancel()
+		l.owner = string(strconv.AppendUint(append([]byte(nil), e.prefix[:]...), e.owners.Add(1), 16))
+		if l.ctx.Err() != nil {
+			return false, fmt.Errorf("locks: hold %q: %w", l.key, context.Cause(l.ctx))
+		}
+		return false, fmt.Errorf("locks: acquire %q: %w", l.key, err)
 	}
+	if ok {
+		l.fence, l.expires = fence, sent.Add(l.ttl)
+	}
+	return ok, nil
+}
+
+// settle ends the turn of a caller whose wait is over: the store granted
+// the key (ok), failed (err), or refused under Wait(0). The caller leaves
+// the line; a granted lease is counted among the key's holders and its
+// renewal scheduled, unless the caller or the engine went away meanwhile:
+// then the lease is given back and the caller gets why.
+func (e *Engine) settle(l *Lease, w *waiter, ok bool, err error) error {
+	var gone error
+	e.mu.Lock()
+	q := l.q
+	q.asking = false
+	if w != nil {
+		q.waiters.Remove(w.elem)
+	}
+	if ok {
+		q.held++
+		if l.ctx.Err() != nil {
+			gone = context.Cause(l.ctx)
+		} else {
+			e.schedule(l, l.expires.Add(l.ttl/3-l.ttl)) // sent + ttl/3
+		}
+	}
+	if !ok || q.held < l.t.capacity() {
+		q.wakeFront() // the next waiter may ask, or take another slot
+	}
+	e.mu.Unlock()
+	switch {
+	case err != nil:
+		return err
+	case gone != nil:
+		err := fmt.Errorf("locks: hold %q: %w", l.key, gone)
+		if rerr := e.release(l); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("%w %q: %w", ErrRelease, l.key, rerr))
+		}
+		return err
+	case !ok:
+		return &TimeoutError{Key: l.key, Wait: 0}
+	}
+	return nil
 }
 
 // release gives the lease back to the store and the turn to the next
 // waiter. A lease the store no longer has (it expired) is not an error.
 //
-// The call carries the hold's context without its cancel (the caller may
-// have gone: the key must still be given back) and without a deadline of
-// its own; a store bounds its calls itself (SQLite: busy_timeout).
+// The call carries the hold's values without its cancel (the caller may
+// have gone: the key must still be given back), no deadline of its own (a
+// store bounds its calls itself: SQLite's busy_timeout), and ends
+// CloseGrace after Close.
 func (e *Engine) release(l *Lease) error {
-	_, err := l.t.release(l.base, e.store, l.key, l.owner)
+	_, err := l.t.release(&l.calls, e.store, l.key, l.owner)
 	e.mu.Lock()
-	if l.cancel != nil { // it ran: take it off the running list
-		if l.prev != nil {
-			l.prev.next = l.next
-		} else {
-			e.active = l.next
-		}
-		if l.next != nil {
-			l.next.prev = l.prev
-		}
-		l.prev, l.next = nil, nil
-	}
+	e.unlinkLocked(l)
 	l.q.held--
 	l.q.wakeFront()
-	e.drop(l.qk, l.q)
 	e.mu.Unlock()
 	return err
 }
 
-// run calls fn with the lease, renewing it meanwhile, and releases it.
-func (e *Engine) run(ctx context.Context, l *Lease, fn func(context.Context, *Lease) error, s settings) (err error) {
-	lctx, cancel := context.WithCancelCause(ctx)
-	fctx := lctx
+// run calls fn with the lease, renewed meanwhile, and releases it.
+func (e *Engine) run(l *Lease, fn func(context.Context, *Lease) error, s settings) (err error) {
+	fctx := l.ctx
 	if s.maxHold > 0 {
 		var cancelMax context.CancelFunc
-		fctx, cancelMax = context.WithTimeoutCause(lctx, s.maxHold, ErrMaxHold)
+		fctx, cancelMax = context.WithTimeoutCause(l.ctx, s.maxHold, ErrMaxHold)
 		defer cancelMax()
 	}
-	e.mu.Lock()
-	l.cancel = cancel
-	l.next = e.active
-	if e.active != nil {
-		e.active.prev = l
-	}
-	e.active = l
-	if e.closed {
-		cancel(ErrClosed)
-	}
-	e.schedule(l, l.expires.Add(l.ttl/3-l.ttl)) // sent + ttl/3
-	e.mu.Unlock()
-
 	returned := false
 	defer func() {
 		// Runs on return, panic or Goexit alike. fn's context ends before
@@ -483,7 +582,7 @@ func (e *Engine) run(ctx context.Context, l *Lease, fn func(context.Context, *Le
 			cause = context.Cause(fctx)
 		}
 		lost := e.stopRenewal(l)
-		cancel(errReleased)
+		l.cancel(errReleased)
 		rerr := e.release(l)
 		if !returned {
 			return // the panic goes on; nobody reads err
@@ -497,6 +596,22 @@ func (e *Engine) run(ctx context.Context, l *Lease, fn func(context.Context, *Le
 	returned = true
 	return err
 }
+
+// storeCtx is the context of a store call that must outlive the hold's
+// own context but not the engine: the hold's values (its context without
+// cancel), done when the engine's calls end. It lives inside its Lease, so
+// passing it costs no allocation.
+type storeCtx struct {
+	context.Context // values only
+	stop            context.Context
+}
+
+func (c *storeCtx) Deadline() (time.Time, bool) { return c.stop.Deadline() }
+func (c *storeCtx) Done() <-chan struct{}       { return c.stop.Done() }
+func (c *storeCtx) Err() error                  { return c.stop.Err() }
+
+// AfterFunc lets contexts derived from c follow it without a goroutine.
+func (c *storeCtx) AfterFunc(f func()) func() bool { return context.AfterFunc(c.stop, f) }
 
 // result decides what Hold returns from fn's error, the cause that ended
 // fn's context (if any) and a lost lease (if any).
@@ -523,19 +638,4 @@ func jitter(d time.Duration) time.Duration {
 		return d
 	}
 	return d/2 + rand.N(d/2+1)
-}
-
-// newOwner draws 128 random bits for one acquisition, as 32 hex digits.
-// math/rand/v2's generator is ChaCha8, seeded by the runtime from the
-// operating system: owners are unique with overwhelming odds and cost no
-// system call.
-func newOwner() string {
-	const digits = "0123456789abcdef"
-	var b [32]byte
-	for i, x := range [2]uint64{rand.Uint64(), rand.Uint64()} {
-		for j := range 16 {
-			b[i*16+j] = digits[x>>(60-4*j)&0xf]
-		}
-	}
-	return string(b[:])
 }

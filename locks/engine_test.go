@@ -80,10 +80,16 @@ func (h *hookStore) Release(ctx context.Context, key, owner string) (bool, error
 func assertIdle(t *testing.T, e *Engine, m *MemoryStore) {
 	t.Helper()
 	e.mu.Lock()
-	queues, running, renewals := len(e.queues), e.active != nil, len(e.renewals)
+	queues := 0
+	for _, q := range e.queues {
+		if !q.idle() {
+			queues++
+		}
+	}
+	running, renewals := e.active != nil, len(e.renewals)
 	e.mu.Unlock()
 	if queues != 0 || running || renewals != 0 {
-		t.Fatalf("engine keeps %d queues, running leases %v, %d renewals; want none", queues, running, renewals)
+		t.Fatalf("engine keeps %d busy queues, leases %v, %d renewals; want none", queues, running, renewals)
 	}
 	if l, s := m.len(); l != 0 || s != 0 {
 		t.Fatalf("store keeps %d locks and %d semaphores, want none", l, s)
@@ -800,7 +806,6 @@ func TestInvalidArguments(t *testing.T) {
 		{"zero MaxHold", func() error { return e.Hold(t.Context(), "k", noop, MaxHold(0)) }},
 		{"bad PollInterval", func() error { return e.Hold(t.Context(), "k", noop, PollInterval(10, 5)) }},
 		{"nil fn", func() error { return e.Hold(t.Context(), "k", nil) }},
-		{"semaphore limit 0", func() error { return e.Semaphore(0).Hold(t.Context(), "k", noop) }},
 		{"engine default", func() error { return New(m, TTL(0)).Hold(t.Context(), "k", noop) }},
 	}
 	for _, tc := range cases {

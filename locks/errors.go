@@ -25,6 +25,13 @@ var (
 	// ErrFenceExhausted: the store has handed out MaxFence and refuses
 	// further acquisitions rather than pass 2^53-1.
 	ErrFenceExhausted = errors.New("locks: fences exhausted")
+	// ErrRelease wraps a failure to release a lease after fn returned. The
+	// key stays taken until the lease's TTL runs out; fn's own result is
+	// unchanged (the two are joined).
+	ErrRelease = errors.New("locks: release failed")
+	// ErrLimitConflict: a semaphore key is held under one limit and an
+	// acquisition asked for another. One key, one limit, everywhere.
+	ErrLimitConflict = errors.New("locks: semaphore key held under another limit")
 )
 
 // TimeoutError is returned by Hold when the Wait option ran out. It matches

@@ -150,3 +150,112 @@ func Example_leaseLost() {
 	// cause is a lost lease: true
 	// Hold reports it: true
 }
+
+// ExampleEngine_Inspect looks at a key from outside: who holds it (fences
+// and time left by the store's clock, never owners) and how many callers
+// of this engine wait for it.
+func ExampleEngine_Inspect() {
+	clock := lockstest.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	e := locks.New(locks.NewMemoryStoreClock(clock.Now), locks.TTL(time.Minute))
+	defer e.Close()
+	ctx := context.Background()
+
+	info, _ := e.Inspect(ctx, "report")
+	fmt.Println("before:", "held", info.Held, "free", info.Free)
+
+	_ = e.Hold(ctx, "report", func(ctx context.Context, l *locks.Lease) error {
+		clock.Advance(20 * time.Second)
+		info, err := e.Inspect(ctx, "report")
+		if err != nil {
+			return err
+		}
+		h := info.Holders[0]
+		fmt.Println("inside:", "held", info.Held, "free", info.Free, "fence is mine", h.Fence == l.Fence(), "left", h.Left, "waiters", info.Waiters)
+		return nil
+	})
+	// Output:
+	// before: held false free true
+	// inside: held true free false fence is mine true left 40s waiters 0
+}
+
+// ExampleEngine_Lock makes a named lock with its own defaults, then holds
+// one id of it: each chat is summarized by one holder at a time, and
+// different chats in parallel.
+func ExampleEngine_Lock() {
+	e := locks.New(locks.NewMemoryStore())
+	defer e.Close()
+	ctx := context.Background()
+
+	summaries := e.Lock("summaries", locks.TTL(30*time.Second), locks.Wait(time.Minute))
+	err := summaries.Hold(ctx, "chat-42", func(ctx context.Context, l *locks.Lease) error {
+		// Another chat is another key: free.
+		ran, _ := summaries.TryHold(ctx, "chat-43", func(context.Context, *locks.Lease) error { return nil })
+		fmt.Println("key:", l.Key(), "| other chat free:", ran)
+		// The same chat is not.
+		ran, _ = summaries.TryHold(ctx, "chat-42", func(context.Context, *locks.Lease) error { return nil })
+		fmt.Println("same chat free:", ran)
+		return nil
+	})
+	fmt.Println("err:", err)
+	// Output:
+	// key: 9:summaries:chat-42 | other chat free: true
+	// same chat free: false
+	// err: <nil>
+}
+
+// ExampleSemaphore_Lock is the named form of a semaphore: up to two
+// renders per generator, whatever the generator.
+func ExampleSemaphore_Lock() {
+	e := locks.New(locks.NewMemoryStore())
+	defer e.Close()
+	ctx := context.Background()
+
+	renders := e.Semaphore(2).Lock("renders")
+	_ = renders.Hold(ctx, "sketch", func(ctx context.Context, _ *locks.Lease) error {
+		info, _ := renders.Inspect(ctx, "sketch")
+		fmt.Println("holders:", len(info.Holders), "of", info.Limit, "free:", info.Free)
+		return nil
+	})
+	// Output:
+	// holders: 1 of 2 free: true
+}
+
+// ExampleCheckLimit shows the edges of semaphore limits: a limit below 1
+// fails when the semaphore is made (check one from outside first), and a
+// key has one limit at a time.
+func ExampleCheckLimit() {
+	e := locks.New(locks.NewMemoryStore())
+	defer e.Close()
+	ctx := context.Background()
+
+	fmt.Println(locks.CheckLimit(0))
+
+	_ = e.Semaphore(2).Hold(ctx, "gpu", func(ctx context.Context, _ *locks.Lease) error {
+		err := e.Semaphore(3).Hold(ctx, "gpu", func(context.Context, *locks.Lease) error { return nil })
+		fmt.Println("another limit on a held key:", errors.Is(err, locks.ErrLimitConflict))
+		return nil
+	})
+	// Output:
+	// locks: invalid argument: semaphore limit 0, at least 1 allowed
+	// another limit on a held key: true
+}
+
+// ExampleWait_zero shows that Hold with Wait(0) and TryHold agree on "not
+// now": where TryHold answers false, Hold fails with a *TimeoutError.
+func ExampleWait_zero() {
+	e := locks.New(locks.NewMemoryStore())
+	defer e.Close()
+	ctx := context.Background()
+	noop := func(context.Context, *locks.Lease) error { return nil }
+
+	_ = e.Hold(ctx, "k", func(ctx context.Context, _ *locks.Lease) error {
+		ran, err := e.TryHold(ctx, "k", noop)
+		fmt.Println("TryHold:", ran, err)
+		err = e.Hold(ctx, "k", noop, locks.Wait(0))
+		fmt.Println("Wait(0):", errors.Is(err, locks.ErrTimeout))
+		return nil
+	})
+	// Output:
+	// TryHold: false <nil>
+	// Wait(0): true
+}

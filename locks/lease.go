@@ -9,12 +9,18 @@ import (
 // Lease is a held key, given to fn for as long as fn runs. Its methods are
 // safe for concurrent use.
 type Lease struct {
-	key   string
-	owner string
-	fence int64
-	t     target
-	ttl   time.Duration
-	base  context.Context // the hold's context without its cancel: values for store calls
+	key      string
+	owner    string // in ownerBuf, for the first ask
+	ownerBuf [48]byte
+	fence    int64
+	t        target
+	ttl      time.Duration
+	q        *queue  // the key's queue in the engine, from enter to release
+	e        *Engine // for Expires
+
+	ctx    context.Context         // fn's, and the acquisitions'
+	cancel context.CancelCauseFunc // ends ctx
+	calls  storeCtx                // for renewals and releases
 
 	// The rest is the engine's, under its mutex.
 
@@ -23,11 +29,9 @@ type Lease struct {
 	// TTL. The store started counting no earlier, so its own expiry is not
 	// before this.
 	expires time.Time
-	cancel  context.CancelCauseFunc // ends fn's context
-	q       *queue
-	qk      queueKey
 
-	prev, next *Lease // in the engine's list of running leases
+	prev, next *Lease // in the engine's list of leases
+	linked     bool
 
 	due      time.Time // of the next renewal
 	idx      int       // in the engine's renewal heap; -1 when not in it
@@ -50,6 +54,17 @@ func (l *Lease) Key() string { return l.key }
 // noticing in time) is then refused instead of overwriting the work of the
 // next holder.
 func (l *Lease) Fence() int64 { return l.fence }
+
+// Expires returns when the lease ends at the latest unless renewed, by
+// this process's clock: when the last successful acquisition or renewal
+// was sent, plus the TTL. The store started counting no earlier, so its
+// own expiry (Inspect's Holder.Expires, by the store's clock) is not
+// before it. It moves on with each renewal while fn runs.
+func (l *Lease) Expires() time.Time {
+	l.e.mu.Lock()
+	defer l.e.mu.Unlock()
+	return l.expires
+}
 
 // Renewals. The engine keeps its running leases in a heap by the time of
 // their next renewal and one timer for the earliest; the timer's callback
@@ -140,7 +155,7 @@ func (e *Engine) renew(l *Lease) {
 		e.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithDeadline(l.base, l.expires)
+	ctx, cancel := context.WithDeadline(&l.calls, l.expires)
 	l.cancelOp = cancel
 	e.mu.Unlock()
 

@@ -1,8 +1,10 @@
 package locks
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -20,7 +22,7 @@ type MemoryStore struct {
 	now func() time.Time
 
 	mu        sync.Mutex
-	locks     map[string]memLease
+	locks     map[string]*memLease           // released and expired entries stay until a sweep
 	slots     map[string]map[string]memLease // key -> owner -> slot
 	fence     int64
 	swept     int // size of the maps after the last sweep
@@ -31,6 +33,7 @@ type memLease struct {
 	owner   string
 	fence   int64
 	expires time.Time
+	limit   int // of a semaphore slot
 }
 
 // live reports whether the lease is held at now.
@@ -44,7 +47,7 @@ func NewMemoryStore() *MemoryStore { return NewMemoryStoreClock(time.Now) }
 func NewMemoryStoreClock(now func() time.Time) *MemoryStore {
 	return &MemoryStore{
 		now:   now,
-		locks: make(map[string]memLease),
+		locks: make(map[string]*memLease),
 		slots: make(map[string]map[string]memLease),
 	}
 }
@@ -67,15 +70,20 @@ func (m *MemoryStore) Acquire(ctx context.Context, key, owner string, ttl time.D
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	if cur, ok := m.locks[key]; ok && cur.live(now) {
+	cur := m.locks[key]
+	if cur != nil && cur.live(now) {
 		return 0, false, nil
 	}
 	f, err := m.nextFence(now)
 	if err != nil {
 		return 0, false, fmt.Errorf("acquire: %w", err)
 	}
-	m.locks[key] = memLease{owner: owner, fence: f, expires: now.Add(ttl)}
-	m.sweep(now)
+	if cur == nil {
+		m.sweep(now) // before the new entry, which is not live yet
+		cur = &memLease{}
+		m.locks[key] = cur
+	}
+	*cur = memLease{owner: owner, fence: f, expires: now.Add(ttl)}
 	return f, true, nil
 }
 
@@ -87,12 +95,11 @@ func (m *MemoryStore) Renew(ctx context.Context, key, owner string, ttl time.Dur
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	cur, ok := m.locks[key]
-	if !ok || cur.owner != owner || !cur.live(now) {
+	cur := m.locks[key]
+	if cur == nil || cur.owner != owner || !cur.live(now) {
 		return false, nil
 	}
 	cur.expires = now.Add(ttl)
-	m.locks[key] = cur
 	return true, nil
 }
 
@@ -103,12 +110,13 @@ func (m *MemoryStore) Release(ctx context.Context, key, owner string) (bool, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cur, ok := m.locks[key]
-	if !ok || cur.owner != owner {
+	cur := m.locks[key]
+	if cur == nil || cur.owner != owner {
 		return false, nil
 	}
-	delete(m.locks, key)
-	return cur.live(m.now()), nil
+	live := cur.live(m.now())
+	*cur = memLease{} // free; the entry stays for the key's next holder
+	return live, nil
 }
 
 // AcquireSlot implements Store.
@@ -128,6 +136,12 @@ func (m *MemoryStore) AcquireSlot(ctx context.Context, key, owner string, limit 
 			delete(held, o)
 		}
 	}
+	for _, s := range held {
+		if s.limit != limit {
+			return 0, false, fmt.Errorf("acquire slot: %w: %q is held under limit %d, asked %d", ErrLimitConflict, key, s.limit, limit)
+		}
+		break
+	}
 	if len(held) >= limit {
 		return 0, false, nil
 	}
@@ -139,11 +153,11 @@ func (m *MemoryStore) AcquireSlot(ctx context.Context, key, owner string, limit 
 		return 0, false, fmt.Errorf("acquire slot: %w", err)
 	}
 	if held == nil {
+		m.sweep(now) // before the new map, which is empty
 		held = make(map[string]memLease)
 		m.slots[key] = held
 	}
-	held[owner] = memLease{owner: owner, fence: f, expires: now.Add(ttl)}
-	m.sweep(now)
+	held[owner] = memLease{owner: owner, fence: f, expires: now.Add(ttl), limit: limit}
 	return f, true, nil
 }
 
@@ -176,11 +190,42 @@ func (m *MemoryStore) ReleaseSlot(ctx context.Context, key, owner string) (bool,
 	if !ok {
 		return false, nil
 	}
-	delete(held, owner)
-	if len(held) == 0 {
-		delete(m.slots, key)
-	}
+	delete(held, owner) // an empty map stays for the key's next holder, until a sweep
 	return cur.live(m.now()), nil
+}
+
+// Inspect implements Store.
+func (m *MemoryStore) Inspect(ctx context.Context, key string) (KeyState, error) {
+	if err := ctx.Err(); err != nil {
+		return KeyState{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	st := KeyState{Now: now}
+	if cur := m.locks[key]; cur != nil && cur.live(now) {
+		st.Holders = []Holder{{Fence: cur.fence, Expires: cur.expires, Left: cur.expires.Sub(now)}}
+	}
+	return st, nil
+}
+
+// InspectSlots implements Store.
+func (m *MemoryStore) InspectSlots(ctx context.Context, key string) (KeyState, error) {
+	if err := ctx.Err(); err != nil {
+		return KeyState{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	st := KeyState{Now: now}
+	for _, s := range m.slots[key] {
+		if s.live(now) {
+			st.Holders = append(st.Holders, Holder{Fence: s.fence, Expires: s.expires, Left: s.expires.Sub(now)})
+			st.Limit = s.limit
+		}
+	}
+	slices.SortFunc(st.Holders, func(a, b Holder) int { return cmp.Compare(a.Fence, b.Fence) })
+	return st, nil
 }
 
 // sweep drops expired leases once the maps have doubled since the last
@@ -210,9 +255,24 @@ func (m *MemoryStore) sweep(now time.Time) {
 	}
 }
 
-// len reports how many live and expired entries the store keeps, for tests.
+// len reports how many locks and semaphore keys have live leases, for
+// tests.
 func (m *MemoryStore) len() (locks, slots int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.locks), len(m.slots)
+	now := m.now()
+	for _, l := range m.locks {
+		if l.live(now) {
+			locks++
+		}
+	}
+	for _, held := range m.slots {
+		for _, s := range held {
+			if s.live(now) {
+				slots++
+				break
+			}
+		}
+	}
+	return locks, slots
 }

@@ -33,6 +33,17 @@ func defaultSettings() settings {
 }
 
 func (s settings) with(opts []Option) settings {
+	if len(opts) == 0 {
+		return s
+	}
+	return s.apply(opts)
+}
+
+// apply is with's slow path: s escapes to the options, so it is apart
+// from with, which copies settings without an allocation.
+//
+//go:noinline
+func (s settings) apply(opts []Option) settings {
 	for _, o := range opts {
 		if o != nil {
 			o(&s)
@@ -62,8 +73,10 @@ func TTL(d time.Duration) Option {
 }
 
 // Wait bounds how long Hold waits for the key before it gives up with a
-// *TimeoutError (matching ErrTimeout). Wait(0) tries once and does not
-// wait. Without it Hold waits until its context ends.
+// *TimeoutError (matching ErrTimeout). Wait(0) does not wait: Hold runs fn
+// exactly when TryHold would (the key has room in the store and no waiter
+// of this engine is queued) and otherwise fails with a *TimeoutError whose
+// Wait is 0. Without it Hold waits until its context ends.
 func Wait(d time.Duration) Option {
 	return func(s *settings) {
 		if d < 0 {

@@ -24,16 +24,17 @@ const (
 )
 
 // Store keeps leases where every process that must agree on them can see
-// them. Implementations: MemoryStore (one process), the SQLite lock store in
-// studio's store/sqlite, and any store that passes lockstest.Run.
+// them. Implementations: MemoryStore (one process), sqlitelock.Store and
+// pglock.Store (across processes), and any store that passes lockstest.Run.
 //
 // The store's clock alone decides expiry: a lease acquired or renewed with
 // ttl at store time t lives while the store's time is before t+ttl. An
 // expired lease does not exist for any method: it cannot be renewed or
 // released, and the key (or slot) is free.
 //
-// Owners are opaque strings chosen by the caller, random per acquisition and
-// never reused (the engine draws 128 random bits). Renew and Release are
+// Owners are opaque strings chosen by the caller, unique per acquisition and
+// never reused (the engine's are 128 random bits per engine and a counter),
+// of at most 64 bytes of printable ASCII. Inspect never shows them. Renew and Release are
 // compare-and-set on the owner, so a caller whose lease expired and was
 // taken by someone else changes nothing.
 //
@@ -63,12 +64,60 @@ type Store interface {
 	// AcquireSlot takes one of limit slots of the semaphore key for owner
 	// for ttl, if fewer than limit live slots are held. Of concurrent
 	// callers never more win than there are free slots. Fences as Acquire:
-	// each larger than every earlier slot's fence of the key.
+	// each larger than every earlier slot's fence of the key. A store
+	// records each slot's limit: while the key has a live slot taken under
+	// another limit, it answers an error matching ErrLimitConflict and
+	// takes nothing.
 	AcquireSlot(ctx context.Context, key, owner string, limit int, ttl time.Duration) (fence int64, ok bool, err error)
 	// RenewSlot extends owner's live slot of key, as Renew.
 	RenewSlot(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
 	// ReleaseSlot ends owner's slot of key, as Release.
 	ReleaseSlot(ctx context.Context, key, owner string) (bool, error)
+
+	// Inspect answers the live lease of the lock key, if any, by the
+	// store's clock, without its owner.
+	Inspect(ctx context.Context, key string) (KeyState, error)
+	// InspectSlots answers the live slots of the semaphore key, by the
+	// store's clock, without their owners.
+	InspectSlots(ctx context.Context, key string) (KeyState, error)
+}
+
+// Notifier is a Store that tells when a lease may have been released by
+// another process, so that the engine's waiters ask at once instead of at
+// their next poll. The engine subscribes in New and stops in Close.
+// Polling stays the fallback: a notification can be lost (a dropped
+// connection) and an expiry notifies no one.
+type Notifier interface {
+	// Subscribe calls released(slot, key) after a lease of key (a lock,
+	// or a semaphore slot when slot is true) was released by any process,
+	// until stop is called. released must return quickly; it may be called
+	// from any goroutine.
+	Subscribe(released func(slot bool, key string)) (stop func())
+}
+
+// KeyState is what a store knows of one key at one instant of its clock:
+// the live leases (never their owners). Stores fill it for Inspect and
+// InspectSlots; the engine adds what only it knows (see Info).
+type KeyState struct {
+	// Now is the store's clock when it answered: compare Expires with
+	// it, not with the local clock.
+	Now time.Time
+	// Holders are the live leases, by fence, smallest first: at most one
+	// for a lock, at most the limit for a semaphore.
+	Holders []Holder
+	// Limit is the limit the live slots of a semaphore were acquired
+	// under; 0 for a lock, a free key, or a store that does not keep it.
+	Limit int
+}
+
+// Holder is one live lease as Inspect shows it: its fence and when it
+// ends, never its owner.
+type Holder struct {
+	Fence int64
+	// Expires is when the lease ends unless renewed, by the store's clock.
+	Expires time.Time
+	// Left is Expires minus the store's time when it answered.
+	Left time.Duration
 }
 
 // CheckKey reports whether key is a valid lock key: valid UTF-8, 1 to
@@ -82,6 +131,14 @@ func CheckKey(key string) error {
 	}
 	if n := utf8.RuneCountInString(key); n > MaxKeyLen {
 		return fmt.Errorf("%w: key has %d characters, at most %d allowed", ErrInvalid, n, MaxKeyLen)
+	}
+	return nil
+}
+
+// CheckLimit reports whether limit is a valid semaphore limit: at least 1.
+func CheckLimit(limit int) error {
+	if limit < 1 {
+		return fmt.Errorf("%w: semaphore limit %d, at least 1 allowed", ErrInvalid, limit)
 	}
 	return nil
 }

@@ -45,10 +45,10 @@ const (
 var attemptOutcomes = []string{AttemptSucceeded, AttemptRetried, AttemptFailed, AttemptCanceled, AttemptReleased, AttemptLost}
 
 // intentOutcomes are the outcomes intent.Service reports.
-var intentOutcomes = []string{intent.OutcomeCreated, intent.OutcomeReplayed, intent.OutcomeConflict, intent.OutcomeInvalid, intent.OutcomeError}
+var intentOutcomes = []intent.Outcome{intent.OutcomeCreated, intent.OutcomeReplayed, intent.OutcomeConflict, intent.OutcomeInvalid, intent.OutcomeError}
 
 // taskStates are the states the task gauge reports, in this order.
-var taskStates = []string{intent.StateQueued, intent.StateRunning, intent.StateSucceeded, intent.StateFailed, intent.StateCanceled}
+var taskStates = []intent.State{intent.StateQueued, intent.StateRunning, intent.StateSucceeded, intent.StateFailed, intent.StateCanceled}
 
 // intentRoutes maps the routes that create intents to their operation: a
 // body that the HTTP layer refuses (400, 413, 415) never reaches the
@@ -125,7 +125,7 @@ func New() *Metrics {
 	)
 	for _, op := range []string{intent.OpGeneration} {
 		for _, o := range intentOutcomes {
-			m.intents.WithLabelValues(op, o)
+			m.intents.WithLabelValues(op, string(o))
 		}
 	}
 	for _, o := range attemptOutcomes {
@@ -184,15 +184,15 @@ func (m *Metrics) Request(method, route string, status int, d time.Duration) {
 	if op, ok := intentRoutes[route]; ok && method == http.MethodPost {
 		switch status {
 		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
-			m.intents.WithLabelValues(op, intent.OutcomeInvalid).Inc()
+			m.intents.WithLabelValues(op, string(intent.OutcomeInvalid)).Inc()
 		}
 	}
 }
 
 // Intent counts one intent's outcome; it has the signature of
 // intent.Service.Observe.
-func (m *Metrics) Intent(operation, outcome string) {
-	m.intents.WithLabelValues(operation, outcome).Inc()
+func (m *Metrics) Intent(operation string, outcome intent.Outcome) {
+	m.intents.WithLabelValues(operation, string(outcome)).Inc()
 }
 
 // Attempt counts one ended task attempt (one of the Attempt* outcomes).
@@ -248,6 +248,6 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	values := []int{counts.Queued, counts.Running, counts.Succeeded, counts.Failed, counts.Canceled}
 	for i, state := range taskStates {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(values[i]), state)
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(values[i]), string(state))
 	}
 }

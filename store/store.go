@@ -66,7 +66,7 @@ type ListParams struct {
 	// After is the id of the last record of the previous page.
 	After string
 	// State filters tasks by state when not empty.
-	State string
+	State intent.State
 }
 
 // TaskStore is what workers need: leases on tasks with fences, the steps of
@@ -109,7 +109,7 @@ type TaskStore interface {
 	// failed. The error text is kept either way. It answers the task's new
 	// state (queued, failed, or canceled when the batch was asked to
 	// cancel), or ErrLeaseLost.
-	FailTask(ctx context.Context, f Failure) (state string, err error)
+	FailTask(ctx context.Context, f Failure) (state intent.State, err error)
 	// ReleaseTasks hands leases back (a worker stopping): each task is
 	// queued again at once with its step and reference kept, or canceled
 	// when its batch was asked to cancel. A released attempt still counts

@@ -16,11 +16,10 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"studio/blob"
 	"studio/httpapi"
 	"studio/metrics"
 	"studio/store"
-	"studio/store/postgres"
-	"studio/store/sqlite"
 )
 
 // Modes of a running process.
@@ -38,8 +37,9 @@ type Main struct {
 	Stdout io.Writer
 	Logger *slog.Logger
 
-	store     store.Store
-	blobs     httpapi.Blobs
+	engine    *engine
+	store     store.Store // engine.store
+	blobs     blob.Store
 	ln        net.Listener
 	server    *http.Server
 	debug     *http.Server
@@ -61,12 +61,15 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := makeDataDir(cfg.Data); err != nil {
 		return err
 	}
-	s, err := openStore(ctx, cfg)
+	e, err := openEngine(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	m.store = s
-	m.onClose(func(context.Context) error { return s.Close() })
+	m.engine, m.store = e, e.store
+	m.onClose(func(context.Context) error { return e.store.Close() })
+	for _, name := range e.applied {
+		m.Logger.Info("migration applied", "migration", name)
+	}
 
 	deps, err := m.build(ctx)
 	if err != nil {
@@ -143,8 +146,13 @@ func (m *Main) startHTTP(deps *deps) error {
 		defer cancel()
 		return stopHTTP(ctx, m.server, open, grace, m.Logger)
 	})
+	if deps.lockAPI != nil {
+		// Held locks and waiting acquires end as shutdown begins, so that
+		// a long wait does not hold the shutdown up.
+		m.server.RegisterOnShutdown(func() { _ = deps.lockAPI.Close() })
+	}
 	m.Logger.Info("serving", "addr", ln.Addr().String(), "mode", m.Mode, "workers", m.Config.Workers,
-		"database", m.databaseName())
+		"database", m.engine.name)
 	return nil
 }
 
@@ -168,29 +176,6 @@ func (m *Main) startDebug() error {
 	m.onClose(func(ctx context.Context) error { return m.debug.Close() })
 	m.Logger.Info("debug server", "addr", ln.Addr().String())
 	return nil
-}
-
-func (m *Main) databaseName() string {
-	if m.Config.isPostgres() {
-		return "postgres"
-	}
-	return "sqlite:" + m.Config.sqlitePath()
-}
-
-// openStore opens the configured database and applies pending migrations.
-func openStore(ctx context.Context, cfg Config) (store.Store, error) {
-	if cfg.isPostgres() {
-		s, err := postgres.Open(ctx, postgres.Config{URL: cfg.Database})
-		if err != nil {
-			return nil, fmt.Errorf("open database: %w", err)
-		}
-		return s, nil
-	}
-	s, err := sqlite.Open(ctx, sqlite.Config{Path: cfg.sqlitePath(), Synchronous: cfg.Synchronous})
-	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
-	}
-	return s, nil
 }
 
 // ensureFirstToken creates a token for the actor "local" when the store has

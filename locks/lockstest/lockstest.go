@@ -107,6 +107,9 @@ func Run(t *testing.T, open func(t *testing.T) *Fixture) {
 		{"SemaphoreStaleOwner", testSemaphoreStale},
 		{"SemaphoreFencesGrow", testSemaphoreFences},
 		{"LocksAndSemaphoresApart", testKeySpacesApart},
+		{"InspectLock", testInspectLock},
+		{"InspectSlots", testInspectSlots},
+		{"SemaphoreLimitConflict", testLimitConflict},
 		{"LinearizableLock", testLinearizableLock},
 		{"LinearizableSemaphore", testLinearizableSemaphore},
 	}

@@ -1,4 +1,5 @@
--- The locks engine's store (package locks; store/postgres/lockstore.go).
+-- The locks engine's store (package locks; locks/pglock, which creates these
+-- tables itself, IF NOT EXISTS, when a schema has none, and adds lock_slots.slot_limit).
 -- Times are timestamptz of the database's clock. Keys are bytea of their
 -- UTF-8 bytes, so they compare byte for byte: no collation, no case
 -- folding, no normalization, and an embedded NUL is kept (text cannot

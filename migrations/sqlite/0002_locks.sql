@@ -1,4 +1,5 @@
--- The locks engine's store (package locks; store/sqlite/lockstore.go).
+-- The locks engine's store (package locks; locks/sqlitelock, which creates these
+-- tables itself, IF NOT EXISTS, when a database has none, and adds lock_slots.slot_limit).
 -- Times are integer milliseconds of the database's clock. Keys are BLOBs of
 -- their UTF-8 bytes, so they compare byte for byte: no collation, no case
 -- folding, no normalization, and an embedded NUL is kept.

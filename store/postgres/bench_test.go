@@ -10,6 +10,7 @@ import (
 
 	"studio/intent"
 	"studio/locks"
+	"studio/locks/pglock"
 	"studio/store"
 	"studio/store/postgres"
 	"studio/store/postgres/pgtest"
@@ -271,7 +272,11 @@ func BenchmarkLock(b *testing.B) {
 		_, err := s.Pool().Exec(ctx, `DELETE FROM bench_floor WHERE key = $1`, key)
 		return err
 	}
-	ls := postgres.NewLockStore(s)
+	ls, err := pglock.New(ctx, s.Pool())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ls.Close()
 	b.Run("store=Acquire+Release", func(b *testing.B) {
 		alternate(b, func(int) error {
 			if _, ok, err := ls.Acquire(ctx, "k", "o", time.Minute); err != nil || !ok {

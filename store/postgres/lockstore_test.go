@@ -3,18 +3,16 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"studio/locks"
-	"studio/locks/lockstest"
+	"studio/locks/pglock"
 	"studio/store/postgres/pgtest"
 )
 
-// stoppedClock is the lock store's clock in tests.
+// stoppedClock is a stopped clock for the store's tests.
 type stoppedClock struct{ ns atomic.Int64 }
 
 func newStoppedClock() *stoppedClock {
@@ -36,249 +34,38 @@ func openLockDB(t testing.TB, url, schema string) *Store {
 	return s
 }
 
-func TestLockStoreConformance(t *testing.T) {
-	lockstest.Run(t, func(t *testing.T) *lockstest.Fixture {
-		_, schema := pgtest.Schema(t)
-		base := pgtest.URL(t)
-		db := openLockDB(t, base, schema)
-		clock := newStoppedClock()
-		ls := NewLockStore(db)
-		ls.clock = clock.now
-		return &lockstest.Fixture{
-			Store: ls,
-			Clock: clock,
-			Reopen: func(t *testing.T) locks.Store {
-				db.Close()
-				db = openLockDB(t, base, schema)
-				ls = NewLockStore(db)
-				ls.clock = clock.now
-				return ls
-			},
-			SetFence: func(t *testing.T, v int64) {
-				if _, err := db.Pool().Exec(context.Background(), `SELECT setval('lock_fence', $1)`, v); err != nil {
-					t.Fatal(err)
-				}
-			},
-		}
-	})
-}
-
-// TestLockStoreRealClock runs on the database's own clock: leases are
-// written in its time and end by it.
-func TestLockStoreRealClock(t *testing.T) {
-	t.Parallel()
-	_, schema := pgtest.Schema(t)
-	db := openLockDB(t, pgtest.URL(t), schema)
-	s := NewLockStore(db)
-	ctx := t.Context()
-	if _, ok, err := s.Acquire(ctx, "long", "a", time.Hour); err != nil || !ok {
-		t.Fatalf("Acquire: %v, %v", ok, err)
-	}
-	var left time.Duration
-	if err := db.Pool().QueryRow(ctx, `SELECT expires_at - clock_timestamp() FROM locks WHERE key = $1`, []byte("long")).Scan(&left); err != nil {
-		t.Fatal(err)
-	}
-	if left <= 0 || left > time.Hour {
-		t.Fatalf("lease ends in %v by the database's clock, want within the hour", left)
-	}
-	if _, ok, err := s.Acquire(ctx, "long", "b", time.Hour); err != nil || ok {
-		t.Fatalf("second Acquire: %v, %v; want refused", ok, err)
-	}
-	if _, ok, err := s.Acquire(ctx, "short", "a", 20*time.Millisecond); err != nil || !ok {
-		t.Fatalf("Acquire: %v, %v", ok, err)
-	}
-	if _, ok, err := s.AcquireSlot(ctx, "short", "a", 1, 20*time.Millisecond); err != nil || !ok {
-		t.Fatalf("AcquireSlot: %v, %v", ok, err)
-	}
-	time.Sleep(40 * time.Millisecond)
-	if ok, err := s.Renew(ctx, "short", "a", time.Hour); err != nil || ok {
-		t.Fatalf("Renew after expiry: %v, %v; want refused", ok, err)
-	}
-	if _, ok, err := s.Acquire(ctx, "short", "b", time.Hour); err != nil || !ok {
-		t.Fatalf("Acquire after expiry: %v, %v", ok, err)
-	}
-	if _, ok, err := s.AcquireSlot(ctx, "short", "b", 1, time.Hour); err != nil || !ok {
-		t.Fatalf("AcquireSlot after expiry: %v, %v", ok, err)
-	}
-}
-
-func TestLockSweep(t *testing.T) {
-	t.Parallel()
-	_, schema := pgtest.Schema(t)
-	db := openLockDB(t, pgtest.URL(t), schema)
-	clock := newStoppedClock()
-	s := NewLockStore(db)
-	s.clock = clock.now
-	ctx := t.Context()
-	for i := range 10 {
-		key := fmt.Sprintf("k%d", i)
-		if _, ok, err := s.Acquire(ctx, key, "dead", time.Millisecond); err != nil || !ok {
-			t.Fatalf("Acquire: %v, %v", ok, err)
-		}
-		if _, ok, err := s.AcquireSlot(ctx, key, "dead", 3, time.Millisecond); err != nil || !ok {
-			t.Fatalf("AcquireSlot: %v, %v", ok, err)
-		}
-	}
-	if _, ok, err := s.Acquire(ctx, "live", "a", time.Hour); err != nil || !ok {
-		t.Fatalf("Acquire: %v, %v", ok, err)
-	}
-	clock.Advance(time.Millisecond)
-	count := func() (n int) {
-		t.Helper()
-		if err := db.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM locks) + (SELECT count(*) FROM lock_slots)`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	if n := count(); n != 21 {
-		t.Fatalf("%d rows before the sweep, want 21", n)
-	}
-	s.acquisitions.Store(sweepEvery - 1)
-	if _, ok, err := s.Acquire(ctx, "next", "a", time.Hour); err != nil || !ok {
-		t.Fatalf("Acquire: %v, %v", ok, err)
-	}
-	if n := count(); n != 2 {
-		t.Fatalf("%d rows after the sweep, want the 2 live ones", n)
-	}
-}
-
-// TestLockEngineAcrossStores: two engines, each on its own pool (as two
-// processes), meet only in the database: one holder of a lock at a time,
-// fences growing, at most two semaphore holders.
-func TestLockEngineAcrossStores(t *testing.T) {
-	t.Parallel()
-	_, schema := pgtest.Schema(t)
-	var engines []*locks.Engine
-	for range 2 {
-		e := locks.New(NewLockStore(openLockDB(t, pgtest.URL(t), schema)), locks.PollInterval(time.Millisecond, 5*time.Millisecond))
-		t.Cleanup(func() { e.Close() })
-		engines = append(engines, e)
-	}
-	var (
-		inside, slots, most atomic.Int64
-		mu                  sync.Mutex
-		last                int64
-		wg                  sync.WaitGroup
-	)
-	for i := range 8 {
-		e := engines[i%2]
-		sem := e.Semaphore(2)
-		wg.Go(func() {
-			for range 8 {
-				err := e.Hold(context.Background(), "plan", func(_ context.Context, l *locks.Lease) error {
-					if n := inside.Add(1); n != 1 {
-						t.Errorf("%d holders of one lock at once", n)
-					}
-					mu.Lock()
-					if l.Fence() <= last {
-						t.Errorf("fence %d after %d", l.Fence(), last)
-					}
-					last = l.Fence()
-					mu.Unlock()
-					time.Sleep(100 * time.Microsecond)
-					inside.Add(-1)
-					return nil
-				})
-				if err != nil {
-					t.Error(err)
-				}
-				err = sem.Hold(context.Background(), "gen", func(context.Context, *locks.Lease) error {
-					n := slots.Add(1)
-					for {
-						m := most.Load()
-						if n <= m || most.CompareAndSwap(m, n) {
-							break
-						}
-					}
-					time.Sleep(100 * time.Microsecond)
-					slots.Add(-1)
-					return nil
-				})
-				if err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if n := most.Load(); n > 2 {
-		t.Fatalf("%d semaphore holders at once, limit 2", n)
-	}
-}
-
-func TestLockStoreRefusesBadLimit(t *testing.T) {
-	t.Parallel()
-	_, schema := pgtest.Schema(t)
-	s := NewLockStore(openLockDB(t, pgtest.URL(t), schema))
-	if _, _, err := s.AcquireSlot(t.Context(), "k", "a", 0, time.Hour); !errors.Is(err, locks.ErrInvalid) {
-		t.Fatalf("AcquireSlot with limit 0: %v", err)
-	}
-}
-
-// TestLockFenceOrderWithASlowStatement: an acquisition draws its fence
-// from the sequence before its row reaches the key. A trigger (test only)
-// makes one acquisition sleep between the two; another acquisition of the
-// same key meanwhile must not be handed a larger fence and then be followed
-// by the slow one with its smaller fence.
-func TestLockFenceOrderWithASlowStatement(t *testing.T) {
+// TestLockStoreOnStudioSchema: the lock store studio wires (pglock on the
+// store's pool) works on a schema that studio's migrations made, with the
+// limits pglock adds, and two engines on it meet in its tables.
+func TestLockStoreOnStudioSchema(t *testing.T) {
 	t.Parallel()
 	_, schema := pgtest.Schema(t)
 	db := openLockDB(t, pgtest.URL(t), schema)
 	ctx := t.Context()
-	if _, err := db.Pool().Exec(ctx, `CREATE FUNCTION slow_lock() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NEW.owner LIKE 'slow%' THEN PERFORM pg_sleep(0.3); END IF;
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER slow_lock BEFORE INSERT ON locks FOR EACH ROW EXECUTE FUNCTION slow_lock();
-		CREATE TRIGGER slow_slot BEFORE INSERT ON lock_slots FOR EACH ROW EXECUTE FUNCTION slow_lock();`); err != nil {
-		t.Fatal(err)
-	}
-	s := NewLockStore(db)
-	type result struct {
-		fence int64
-		ok    bool
-		err   error
-	}
-	for _, sp := range []struct {
-		name    string
-		acquire func(owner string) (int64, bool, error)
-		release func(owner string) (bool, error)
-	}{
-		{"lock", func(o string) (int64, bool, error) { return s.Acquire(ctx, "k", o, time.Hour) },
-			func(o string) (bool, error) { return s.Release(ctx, "k", o) }},
-		{"slot", func(o string) (int64, bool, error) { return s.AcquireSlot(ctx, "k", o, 1, time.Hour) },
-			func(o string) (bool, error) { return s.ReleaseSlot(ctx, "k", o) }},
-	} {
-		slow := make(chan result, 1)
-		go func() {
-			f, ok, err := sp.acquire("slow")
-			slow <- result{f, ok, err}
-		}()
-		time.Sleep(100 * time.Millisecond) // the slow one has drawn and sleeps
-		fast, fastOK, err := sp.acquire("fast")
+	var engines [2]*locks.Engine
+	for i := range engines {
+		ls, err := pglock.New(ctx, db.Pool())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fastOK {
-			if _, err := sp.release("fast"); err != nil {
-				t.Fatal(err)
+		t.Cleanup(func() { ls.Close() })
+		engines[i] = locks.New(ls)
+		t.Cleanup(func() { engines[i].Close() })
+	}
+	err := engines[0].Hold(ctx, "k", func(ctx context.Context, l *locks.Lease) error {
+		info, err := engines[1].Inspect(ctx, "k")
+		if err != nil || len(info.Holders) != 1 || info.Holders[0].Fence != l.Fence() {
+			t.Errorf("Inspect from the other engine: %+v, %v", info, err)
+		}
+		return engines[1].Semaphore(2).Hold(ctx, "gen", func(ctx context.Context, _ *locks.Lease) error {
+			err := engines[0].Semaphore(3).Hold(ctx, "gen", func(context.Context, *locks.Lease) error { return nil })
+			if !errors.Is(err, locks.ErrLimitConflict) {
+				t.Errorf("a second limit on one key: %v", err)
 			}
-		}
-		r := <-slow
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if fastOK && r.ok && r.fence <= fast {
-			t.Fatalf("%s: fence %d taken after fence %d of the same key", sp.name, r.fence, fast)
-		}
-		if !fastOK && !r.ok {
-			t.Fatalf("%s: neither acquisition of a free key succeeded", sp.name)
-		}
-		if r.ok {
-			if _, err := sp.release("slow"); err != nil {
-				t.Fatal(err)
-			}
-		}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

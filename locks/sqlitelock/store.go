@@ -1,4 +1,4 @@
-package sqlite
+package sqlitelock
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 	"studio/locks"
 )
 
-// LockStore is the locks.Store of a SQLite database: leases in the tables
-// of migration 0002 (locks, lock_slots, lock_fence), so that every process
-// opening the same file shares them.
+// Store is the locks.Store of a SQLite database: leases in the tables
+// locks, lock_slots and lock_fence, so that every process opening the same
+// file shares them.
 //
 // Every method is one statement on the store's write connection, so it is
 // atomic on its own: SQLite runs one writer at a time, in this process
@@ -26,14 +26,15 @@ import (
 // its fence and writes the lease in that one statement, one row written as
 // by a bare INSERT: a released lock keeps its row and fence, and the next
 // acquisition takes fence + 1 (migration 0002 tells how fences outlive the
-// rows swept away). Expiry is decided by the database's clock,
+// rows swept away: see the schema). Expiry is decided by the database's clock,
 // unixepoch('subsec') in milliseconds, read inside the statement; TTLs are
 // rounded up to whole milliseconds.
 //
 // Waiters in other processes are not notified: the engine polls (see
 // locks.PollInterval).
-type LockStore struct {
-	db *sql.DB
+type Store struct {
+	db  *sql.DB
+	own bool // Open made db: Close closes it
 
 	// Prepared on first use: parsing these statements (and coding their
 	// triggers) costs more than running them.
@@ -48,12 +49,26 @@ type LockStore struct {
 	acquisitions atomic.Uint64
 }
 
-// NewLockStore returns the lock store of s, on s's write connection.
-func NewLockStore(s *Store) *LockStore {
-	return &LockStore{db: s.DB()}
-}
+var _ locks.Store = (*Store)(nil)
 
-var _ locks.Store = (*LockStore)(nil)
+// DB returns the database the store runs on.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close closes the prepared statements, and the database if Open opened
+// it.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	var errs []error
+	for _, st := range s.stmts {
+		errs = append(errs, st.Close())
+	}
+	s.stmts = nil
+	s.mu.Unlock()
+	if s.own {
+		errs = append(errs, s.db.Close())
+	}
+	return errors.Join(errs...)
+}
 
 // nowSQL is the statement's time in milliseconds: the bound parameter ?N
 // when a test set a clock, else the database's clock (one value per
@@ -80,7 +95,7 @@ WHERE key = ?1 AND owner = ?2 AND expires_at > ` + nowSQL(4)
 	// highest. The live COUNT is the guard; the slot number only names
 	// the row. Every subquery reads the key's rows through the primary
 	// key (a key has about as many rows as it ever had holders at once).
-	acquireSlotSQL = `INSERT INTO lock_slots (key, slot, owner, fence, expires_at)
+	acquireSlotSQL = `INSERT INTO lock_slots (key, slot, owner, fence, expires_at, slot_limit)
 SELECT ?1,
     COALESCE(
         (SELECT MIN(slot) FROM lock_slots WHERE key = ?1 AND expires_at <= ` + nowSQL(4) + `),
@@ -88,15 +103,28 @@ SELECT ?1,
     ?2,
     MAX((SELECT floor FROM lock_fence WHERE id = 1),
         (SELECT COALESCE(MAX(fence), 0) FROM lock_slots WHERE key = ?1)) + 1,
-    ` + nowSQL(4) + ` + ?3
+    ` + nowSQL(4) + ` + ?3,
+    ?5
 WHERE (SELECT COUNT(*) FROM lock_slots WHERE key = ?1 AND expires_at > ` + nowSQL(4) + `) < ?5
-ON CONFLICT (key, slot) DO UPDATE SET owner = excluded.owner, fence = excluded.fence, expires_at = excluded.expires_at
+  AND NOT EXISTS (SELECT 1 FROM lock_slots WHERE key = ?1 AND expires_at > ` + nowSQL(4) + ` AND slot_limit NOT IN (0, ?5))
+ON CONFLICT (key, slot) DO UPDATE SET owner = excluded.owner, fence = excluded.fence, expires_at = excluded.expires_at,
+    slot_limit = excluded.slot_limit
 WHERE lock_slots.expires_at <= ` + nowSQL(4) + `
 RETURNING fence`
+	// A live slot taken under another limit (0: not recorded).
+	conflictSQL = `SELECT slot_limit FROM lock_slots
+WHERE key = ?1 AND expires_at > ` + nowSQL(2) + ` AND slot_limit NOT IN (0, ?3) LIMIT 1`
 	renewSlotSQL = `UPDATE lock_slots SET expires_at = ` + nowSQL(4) + ` + ?3
 WHERE key = ?1 AND owner = ?2 AND expires_at > ` + nowSQL(4)
 	releaseSlotSQL = `UPDATE lock_slots SET expires_at = 0
 WHERE key = ?1 AND owner = ?2 AND expires_at > ` + nowSQL(4)
+
+	// One row at least: the statement's time, then each live lease (NULLs
+	// when there is none).
+	inspectSQL = `SELECT n.t, l.fence, l.expires_at, 0 FROM (SELECT ` + nowSQL(2) + ` AS t) n
+LEFT JOIN locks l ON l.key = ?1 AND l.expires_at > n.t`
+	inspectSlotsSQL = `SELECT n.t, l.fence, l.expires_at, COALESCE(l.slot_limit, 0) FROM (SELECT ` + nowSQL(2) + ` AS t) n
+LEFT JOIN lock_slots l ON l.key = ?1 AND l.expires_at > n.t ORDER BY l.fence`
 
 	// The triggers raise the floor to each deleted fence.
 	sweepSQL = []string{
@@ -118,7 +146,7 @@ const (
 
 // stmt returns the prepared form of query, preparing it once. A failed
 // preparation is not kept: the next call tries again.
-func (s *LockStore) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st := s.stmts[query]; st != nil {
@@ -136,7 +164,7 @@ func (s *LockStore) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 }
 
 // queryRow runs a prepared query that answers at most one row.
-func (s *LockStore) queryRow(ctx context.Context, query string, dest any, args ...any) error {
+func (s *Store) queryRow(ctx context.Context, query string, dest any, args ...any) error {
 	st, err := s.stmt(ctx, query)
 	if err != nil {
 		return err
@@ -145,7 +173,7 @@ func (s *LockStore) queryRow(ctx context.Context, query string, dest any, args .
 }
 
 // exec runs a prepared statement and answers how many rows it changed.
-func (s *LockStore) exec(ctx context.Context, query string, args ...any) (int64, error) {
+func (s *Store) exec(ctx context.Context, query string, args ...any) (int64, error) {
 	st, err := s.stmt(ctx, query)
 	if err != nil {
 		return 0, err
@@ -159,7 +187,7 @@ func (s *LockStore) exec(ctx context.Context, query string, args ...any) (int64,
 
 // now is the bound value of the time parameter: nil for the database's
 // clock.
-func (s *LockStore) now() any {
+func (s *Store) now() any {
 	if s.clock != nil {
 		return s.clock()
 	}
@@ -167,7 +195,7 @@ func (s *LockStore) now() any {
 }
 
 // Acquire implements locks.Store.
-func (s *LockStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (int64, bool, error) {
+func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (int64, bool, error) {
 	if err := s.maybeSweep(ctx); err != nil {
 		return 0, false, err
 	}
@@ -183,17 +211,17 @@ func (s *LockStore) Acquire(ctx context.Context, key, owner string, ttl time.Dur
 }
 
 // Renew implements locks.Store.
-func (s *LockStore) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+func (s *Store) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	return s.renew(ctx, "renew lock", renewSQL, key, owner, ttl)
 }
 
 // Release implements locks.Store.
-func (s *LockStore) Release(ctx context.Context, key, owner string) (bool, error) {
+func (s *Store) Release(ctx context.Context, key, owner string) (bool, error) {
 	return s.release(ctx, "release lock", releaseSQL, key, owner)
 }
 
 // AcquireSlot implements locks.Store.
-func (s *LockStore) AcquireSlot(ctx context.Context, key, owner string, limit int, ttl time.Duration) (int64, bool, error) {
+func (s *Store) AcquireSlot(ctx context.Context, key, owner string, limit int, ttl time.Duration) (int64, bool, error) {
 	if limit < 1 {
 		return 0, false, fmt.Errorf("acquire slot: %w: limit %d", locks.ErrInvalid, limit)
 	}
@@ -203,6 +231,16 @@ func (s *LockStore) AcquireSlot(ctx context.Context, key, owner string, limit in
 	var fence int64
 	err := s.queryRow(ctx, acquireSlotSQL, &fence, []byte(key), owner, locks.TTLMillis(ttl), s.now(), limit)
 	if errors.Is(err, sql.ErrNoRows) {
+		// Full, or held under another limit: tell which. (If the other
+		// limit's holders left meanwhile, it was full a moment ago.)
+		var other int
+		err := s.queryRow(ctx, conflictSQL, &other, []byte(key), s.now(), limit)
+		if err == nil {
+			return 0, false, fmt.Errorf("acquire slot: %w: %q is held under limit %d, asked %d", locks.ErrLimitConflict, key, other, limit)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return 0, false, fmt.Errorf("acquire slot: %w", err)
+		}
 		return 0, false, nil
 	}
 	if err != nil {
@@ -212,16 +250,16 @@ func (s *LockStore) AcquireSlot(ctx context.Context, key, owner string, limit in
 }
 
 // RenewSlot implements locks.Store.
-func (s *LockStore) RenewSlot(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+func (s *Store) RenewSlot(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	return s.renew(ctx, "renew slot", renewSlotSQL, key, owner, ttl)
 }
 
 // ReleaseSlot implements locks.Store.
-func (s *LockStore) ReleaseSlot(ctx context.Context, key, owner string) (bool, error) {
+func (s *Store) ReleaseSlot(ctx context.Context, key, owner string) (bool, error) {
 	return s.release(ctx, "release slot", releaseSlotSQL, key, owner)
 }
 
-func (s *LockStore) renew(ctx context.Context, op, query, key, owner string, ttl time.Duration) (bool, error) {
+func (s *Store) renew(ctx context.Context, op, query, key, owner string, ttl time.Duration) (bool, error) {
 	n, err := s.exec(ctx, query, []byte(key), owner, locks.TTLMillis(ttl), s.now())
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", op, interpretLock(err))
@@ -229,7 +267,7 @@ func (s *LockStore) renew(ctx context.Context, op, query, key, owner string, ttl
 	return n == 1, nil
 }
 
-func (s *LockStore) release(ctx context.Context, op, query, key, owner string) (bool, error) {
+func (s *Store) release(ctx context.Context, op, query, key, owner string) (bool, error) {
 	n, err := s.exec(ctx, query, []byte(key), owner, nil, s.now())
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", op, interpretLock(err))
@@ -237,16 +275,64 @@ func (s *LockStore) release(ctx context.Context, op, query, key, owner string) (
 	return n == 1, nil
 }
 
+// Inspect implements locks.Store.
+func (s *Store) Inspect(ctx context.Context, key string) (locks.KeyState, error) {
+	st, err := s.inspect(ctx, inspectSQL, key)
+	if err != nil {
+		return st, fmt.Errorf("inspect lock: %w", err)
+	}
+	return st, nil
+}
+
+// InspectSlots implements locks.Store.
+func (s *Store) InspectSlots(ctx context.Context, key string) (locks.KeyState, error) {
+	st, err := s.inspect(ctx, inspectSlotsSQL, key)
+	if err != nil {
+		return st, fmt.Errorf("inspect slots: %w", err)
+	}
+	return st, nil
+}
+
+func (s *Store) inspect(ctx context.Context, query, key string) (locks.KeyState, error) {
+	var st locks.KeyState
+	q, err := s.stmt(ctx, query)
+	if err != nil {
+		return st, err
+	}
+	rows, err := q.QueryContext(ctx, []byte(key), s.now())
+	if err != nil {
+		return st, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			now            int64
+			fence, expires sql.NullInt64
+			limit          int
+		)
+		if err := rows.Scan(&now, &fence, &expires, &limit); err != nil {
+			return st, err
+		}
+		st.Now = time.UnixMilli(now)
+		if fence.Valid {
+			exp := time.UnixMilli(expires.Int64)
+			st.Holders = append(st.Holders, locks.Holder{Fence: fence.Int64, Expires: exp, Left: exp.Sub(st.Now)})
+			st.Limit = max(st.Limit, limit)
+		}
+	}
+	return st, rows.Err()
+}
+
 // maybeSweep sweeps once every sweepEvery acquisitions. A free or
 // expired row is nobody's lease; deleting it only keeps the table small.
-func (s *LockStore) maybeSweep(ctx context.Context) error {
+func (s *Store) maybeSweep(ctx context.Context) error {
 	if s.acquisitions.Add(1)%sweepEvery != 0 {
 		return nil
 	}
 	return s.sweep(ctx)
 }
 
-func (s *LockStore) sweep(ctx context.Context) error {
+func (s *Store) sweep(ctx context.Context) error {
 	for _, q := range sweepSQL {
 		if _, err := s.exec(ctx, q, s.now()); err != nil {
 			return fmt.Errorf("sweep expired locks: %w", err)

@@ -1,22 +1,23 @@
-package postgres
+package pglock
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"studio/locks"
 )
 
-// LockStore is the locks.Store of a PostgreSQL database: leases in the
-// tables of migration 0002 (locks, lock_slots) with fences from the
-// sequence lock_fence, so that every process using the same schema shares
-// them.
+// Store is the locks.Store of a PostgreSQL database: leases in the tables
+// locks and lock_slots with fences from the sequence lock_fence, so that
+// every process using the same schema shares them.
 //
 // A lock is taken by one statement: INSERT ... ON CONFLICT (key) DO UPDATE
 // ... WHERE the row has expired ... RETURNING fence. On a free key two
@@ -39,9 +40,22 @@ import (
 //
 // Expiry is decided by the database's clock, clock_timestamp(), read once
 // per statement (a test may fix it); TTLs keep microseconds, rounded up.
-type LockStore struct {
-	pool   pgxQuerier
+//
+// A release that frees a live lease also sends a NOTIFY on Channel, in the
+// same statement (delivered when it commits); the store's Subscribe keeps
+// one connection LISTENing and passes each release of its schema to the
+// engine, whose waiters ask at once.
+type Store struct {
+	pool   *pgxpool.Pool
 	schema string
+	own    bool // Open made the pool: Close closes it
+	notify bool
+
+	listenCtx  context.Context // ends at Close
+	stopListen context.CancelFunc
+	listening  sync.WaitGroup
+	subs       subscribers
+
 	// clock replaces the database's clock when set: tests stop it.
 	clock func() time.Time
 	// acquisitions counts Acquire and AcquireSlot calls, to sweep expired
@@ -49,19 +63,10 @@ type LockStore struct {
 	acquisitions atomic.Uint64
 }
 
-// pgxQuerier is what the lock store needs of a pool.
-type pgxQuerier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// NewLockStore returns the lock store of s, on s's pool.
-func NewLockStore(s *Store) *LockStore {
-	return &LockStore{pool: s.pool, schema: s.schema}
-}
-
-var _ locks.Store = (*LockStore)(nil)
+var (
+	_ locks.Store    = (*Store)(nil)
+	_ locks.Notifier = (*Store)(nil)
+)
 
 // nowSQL is the statement's time: the parameter $n when a test set a
 // clock, else the database's clock, evaluated once (it sits in a FROM
@@ -80,18 +85,35 @@ WHERE l.expires_at <= excluded.expires_at - $3::interval
 RETURNING fence`
 	renewSQL = `UPDATE locks SET expires_at = now.t + $3::interval FROM ` + nowSQL(4) + `
 WHERE key = $1 AND owner = $2 AND expires_at > now.t`
-	releaseSQL = `DELETE FROM locks USING ` + nowSQL(3) + `
-WHERE key = $1 AND owner = $2 RETURNING expires_at > now.t`
+	// $4 is the NOTIFY payload, or '' for none; n runs only because the
+	// last line reads it.
+	releaseSQL = `WITH d AS (DELETE FROM locks USING ` + nowSQL(3) + `
+    WHERE key = $1 AND owner = $2 RETURNING expires_at > now.t AS live),
+n AS (SELECT pg_notify('` + Channel + `', $4) FROM d WHERE d.live AND $4 <> '')
+SELECT live, (SELECT count(*) FROM n) FROM d`
 
 	keyLockSQL     = `SELECT pg_advisory_xact_lock($1)`
-	acquireSlotSQL = `INSERT INTO lock_slots (key, owner, fence, expires_at)
-SELECT $1, $2, nextval('lock_fence'), now.t + $3::interval FROM ` + nowSQL(4) + `
-WHERE (SELECT count(*) FROM lock_slots s WHERE s.key = $1 AND s.expires_at > now.t) < $5
+	acquireSlotSQL = `INSERT INTO lock_slots (key, owner, fence, expires_at, slot_limit)
+SELECT $1, $2, nextval('lock_fence'), now.t + $3::interval, $5::integer FROM ` + nowSQL(4) + `
+WHERE (SELECT count(*) FROM lock_slots s WHERE s.key = $1 AND s.expires_at > now.t) < $5::integer
+  AND NOT EXISTS (SELECT 1 FROM lock_slots s WHERE s.key = $1 AND s.expires_at > now.t AND s.slot_limit NOT IN (0, $5::integer))
 RETURNING fence`
+	// A live slot taken under another limit (0: not recorded).
+	conflictSQL = `SELECT s.slot_limit FROM lock_slots s, ` + nowSQL(2) + `
+WHERE s.key = $1 AND s.expires_at > now.t AND s.slot_limit NOT IN (0, $3::integer) LIMIT 1`
 	renewSlotSQL = `UPDATE lock_slots SET expires_at = now.t + $3::interval FROM ` + nowSQL(4) + `
 WHERE key = $1 AND owner = $2 AND expires_at > now.t`
-	releaseSlotSQL = `DELETE FROM lock_slots USING ` + nowSQL(3) + `
-WHERE key = $1 AND owner = $2 RETURNING expires_at > now.t`
+	releaseSlotSQL = `WITH d AS (DELETE FROM lock_slots USING ` + nowSQL(3) + `
+    WHERE key = $1 AND owner = $2 RETURNING expires_at > now.t AS live),
+n AS (SELECT pg_notify('` + Channel + `', $4) FROM d WHERE d.live AND $4 <> '')
+SELECT live, (SELECT count(*) FROM n) FROM d`
+
+	// One row at least: the statement's time, then each live lease (NULLs
+	// when there is none).
+	inspectSQL = `SELECT now.t, l.fence, l.expires_at, 0 FROM ` + nowSQL(2) + `
+LEFT JOIN locks l ON l.key = $1 AND l.expires_at > now.t`
+	inspectSlotsSQL = `SELECT now.t, l.fence, l.expires_at, COALESCE(l.slot_limit, 0) FROM ` + nowSQL(2) + `
+LEFT JOIN lock_slots l ON l.key = $1 AND l.expires_at > now.t ORDER BY l.fence`
 
 	sweepSQL = []string{
 		`DELETE FROM locks WHERE key IN (SELECT key FROM locks, ` + nowSQL(1) + `
@@ -107,7 +129,7 @@ const sweepEvery = 1024
 
 // now is the bound value of the time parameter: nil for the database's
 // clock.
-func (s *LockStore) now() *time.Time {
+func (s *Store) now() *time.Time {
 	if s.clock != nil {
 		t := s.clock()
 		return &t
@@ -116,7 +138,7 @@ func (s *LockStore) now() *time.Time {
 }
 
 // Acquire implements locks.Store.
-func (s *LockStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (int64, bool, error) {
+func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (int64, bool, error) {
 	if err := s.maybeSweep(ctx); err != nil {
 		return 0, false, err
 	}
@@ -134,7 +156,7 @@ func (s *LockStore) Acquire(ctx context.Context, key, owner string, ttl time.Dur
 // statement that drew a smaller fence cannot take the key after one that
 // drew a larger. For a semaphore it also makes "count the live slots, then
 // insert" one step: the insert's snapshot starts after the lock is held.
-func (s *LockStore) keyed(ctx context.Context, space, key, query string, args ...any) (int64, bool, error) {
+func (s *Store) keyed(ctx context.Context, space, key, query string, args ...any) (int64, bool, error) {
 	var b pgx.Batch
 	b.Queue(keyLockSQL, lockKey(space+s.schema+":"+key))
 	b.Queue(query, args...)
@@ -157,17 +179,17 @@ func (s *LockStore) keyed(ctx context.Context, space, key, query string, args ..
 }
 
 // Renew implements locks.Store.
-func (s *LockStore) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+func (s *Store) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	return s.renew(ctx, "renew lock", renewSQL, key, owner, ttl)
 }
 
 // Release implements locks.Store.
-func (s *LockStore) Release(ctx context.Context, key, owner string) (bool, error) {
-	return s.release(ctx, "release lock", releaseSQL, key, owner)
+func (s *Store) Release(ctx context.Context, key, owner string) (bool, error) {
+	return s.release(ctx, "release lock", releaseSQL, false, key, owner)
 }
 
 // AcquireSlot implements locks.Store.
-func (s *LockStore) AcquireSlot(ctx context.Context, key, owner string, limit int, ttl time.Duration) (int64, bool, error) {
+func (s *Store) AcquireSlot(ctx context.Context, key, owner string, limit int, ttl time.Duration) (int64, bool, error) {
 	if limit < 1 {
 		return 0, false, fmt.Errorf("acquire slot: %w: limit %d", locks.ErrInvalid, limit)
 	}
@@ -178,20 +200,32 @@ func (s *LockStore) AcquireSlot(ctx context.Context, key, owner string, limit in
 	if err != nil {
 		return 0, false, fmt.Errorf("acquire slot: %w", err)
 	}
+	if !ok {
+		// Full, or held under another limit: tell which. (If the other
+		// limit's holders left meanwhile, it was full a moment ago.)
+		var other int
+		err := s.pool.QueryRow(ctx, conflictSQL, []byte(key), s.now(), limit).Scan(&other)
+		if err == nil {
+			return 0, false, fmt.Errorf("acquire slot: %w: %q is held under limit %d, asked %d", locks.ErrLimitConflict, key, other, limit)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return 0, false, fmt.Errorf("acquire slot: %w", err)
+		}
+	}
 	return fence, ok, nil
 }
 
 // RenewSlot implements locks.Store.
-func (s *LockStore) RenewSlot(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+func (s *Store) RenewSlot(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	return s.renew(ctx, "renew slot", renewSlotSQL, key, owner, ttl)
 }
 
 // ReleaseSlot implements locks.Store.
-func (s *LockStore) ReleaseSlot(ctx context.Context, key, owner string) (bool, error) {
-	return s.release(ctx, "release slot", releaseSlotSQL, key, owner)
+func (s *Store) ReleaseSlot(ctx context.Context, key, owner string) (bool, error) {
+	return s.release(ctx, "release slot", releaseSlotSQL, true, key, owner)
 }
 
-func (s *LockStore) renew(ctx context.Context, op, query, key, owner string, ttl time.Duration) (bool, error) {
+func (s *Store) renew(ctx context.Context, op, query, key, owner string, ttl time.Duration) (bool, error) {
 	tag, err := s.pool.Exec(ctx, query, []byte(key), owner, ttlRoundUp(ttl), s.now())
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", op, interpretLock(err))
@@ -199,9 +233,16 @@ func (s *LockStore) renew(ctx context.Context, op, query, key, owner string, ttl
 	return tag.RowsAffected() == 1, nil
 }
 
-func (s *LockStore) release(ctx context.Context, op, query, key, owner string) (bool, error) {
-	var live bool
-	err := s.pool.QueryRow(ctx, query, []byte(key), owner, s.now()).Scan(&live)
+func (s *Store) release(ctx context.Context, op, query string, slot bool, key, owner string) (bool, error) {
+	var (
+		live     bool
+		notified int64
+		payload  string
+	)
+	if s.notify {
+		payload = encodePayload(slot, key, s.schema)
+	}
+	err := s.pool.QueryRow(ctx, query, []byte(key), owner, s.now(), payload).Scan(&live, &notified)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -211,17 +252,61 @@ func (s *LockStore) release(ctx context.Context, op, query, key, owner string) (
 	return live, nil
 }
 
+// Inspect implements locks.Store.
+func (s *Store) Inspect(ctx context.Context, key string) (locks.KeyState, error) {
+	st, err := s.inspect(ctx, inspectSQL, key)
+	if err != nil {
+		return st, fmt.Errorf("inspect lock: %w", err)
+	}
+	return st, nil
+}
+
+// InspectSlots implements locks.Store.
+func (s *Store) InspectSlots(ctx context.Context, key string) (locks.KeyState, error) {
+	st, err := s.inspect(ctx, inspectSlotsSQL, key)
+	if err != nil {
+		return st, fmt.Errorf("inspect slots: %w", err)
+	}
+	return st, nil
+}
+
+func (s *Store) inspect(ctx context.Context, query, key string) (locks.KeyState, error) {
+	var st locks.KeyState
+	rows, err := s.pool.Query(ctx, query, []byte(key), s.now())
+	if err != nil {
+		return st, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			now     time.Time
+			fence   *int64
+			expires *time.Time
+			limit   int
+		)
+		if err := rows.Scan(&now, &fence, &expires, &limit); err != nil {
+			return st, err
+		}
+		st.Now = now
+		if fence != nil {
+			st.Holders = append(st.Holders, locks.Holder{Fence: *fence, Expires: *expires, Left: expires.Sub(now)})
+			st.Limit = max(st.Limit, limit)
+		}
+	}
+	return st, rows.Err()
+}
+
 // maybeSweep deletes up to 256 expired rows of each table once every
 // sweepEvery acquisitions. An expired row is free already; deleting it
 // only keeps the tables small.
-func (s *LockStore) maybeSweep(ctx context.Context) error {
+func (s *Store) maybeSweep(ctx context.Context) error {
 	if s.acquisitions.Add(1)%sweepEvery != 0 {
 		return nil
 	}
 	return s.sweep(ctx)
 }
 
-func (s *LockStore) sweep(ctx context.Context) error {
+func (s *Store) sweep(ctx context.Context) error {
 	for _, q := range sweepSQL {
 		if _, err := s.pool.Exec(ctx, q, s.now()); err != nil {
 			return fmt.Errorf("sweep expired locks: %w", err)

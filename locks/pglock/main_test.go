@@ -1,0 +1,68 @@
+package pglock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// envURL names the test server, e.g.
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable. Without it the
+// tests that need a server are skipped, saying so.
+const envURL = "STUDIO_TEST_POSTGRES_URL"
+
+func testURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(envURL)
+	if u == "" {
+		t.Skip("PostgreSQL tests need a server: set " + envURL + "=postgres://user@host:port/db?sslmode=disable")
+	}
+	return u
+}
+
+// testSchema creates a schema of the test's own, dropped when it ends.
+func testSchema(t testing.TB) string {
+	t.Helper()
+	base := testURL(t)
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	schema := "pglock_test_" + hex.EncodeToString(b[:])
+	execSQL(t, base, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize())
+	t.Cleanup(func() { execSQL(t, base, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`) })
+	return schema
+}
+
+// withSearchPath returns base with search_path set to schema.
+func withSearchPath(t testing.TB, base, schema string) string {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("%s is not a URL: %v", envURL, err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func execSQL(t testing.TB, dsn, sql string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect to the test server (%s): %v", envURL, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
