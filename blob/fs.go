@@ -37,7 +37,7 @@ func NewFS(dir string) (*FS, error) {
 	if dir == "" {
 		return nil, errors.New("open blob store: empty directory")
 	}
-	if err := os.MkdirAll(filepath.Join(dir, tmpDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, tmpDir), 0o700); err != nil {
 		return nil, fmt.Errorf("open blob store: %w", err)
 	}
 	return &FS{dir: dir, now: time.Now}, nil
@@ -128,7 +128,7 @@ func (s *FS) write(ctx context.Context, r io.Reader) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("put blob: write: %w", err)
 	}
-	if err := tmp.Chmod(0o644); err != nil {
+	if err := tmp.Chmod(0o600); err != nil {
 		return Info{}, fmt.Errorf("put blob: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
@@ -171,7 +171,7 @@ func (s *FS) mkdir(sub string) error {
 	if fi, err := os.Stat(sub); err == nil && fi.IsDir() {
 		return nil
 	}
-	if err := os.Mkdir(sub, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.Mkdir(sub, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	return syncDir(s.dir)
