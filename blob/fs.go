@@ -102,18 +102,34 @@ func (s *FS) reuse(info Info) bool {
 	return os.Chtimes(p, now, now) == nil
 }
 
+// createLocked creates a temporary file in tmpDir and locks it. The lock
+// tells a sweep the file is being written; closing the file (or a crash)
+// releases it. A sweep can take the file between its creation and its
+// lock and remove it, so a file no longer linked under its name once
+// locked is given up and another one made.
+func (s *FS) createLocked() (*os.File, error) {
+	for {
+		tmp, err := os.CreateTemp(filepath.Join(s.dir, tmpDir), putPrefix+"*")
+		if err != nil {
+			return nil, err
+		}
+		if err := lockFile(tmp, true); err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+			return nil, err
+		}
+		if linked(tmp, tmp.Name()) {
+			return tmp, nil
+		}
+		tmp.Close()
+	}
+}
+
 // write copies r to a temporary file while hashing it, fsyncs it and
 // renames it into place.
 func (s *FS) write(ctx context.Context, r io.Reader) (Info, error) {
-	tmp, err := os.CreateTemp(filepath.Join(s.dir, tmpDir), putPrefix+"*")
+	tmp, err := s.createLocked()
 	if err != nil {
-		return Info{}, fmt.Errorf("put blob: %w", err)
-	}
-	// The lock tells a sweep this file is being written; closing the file
-	// (or a crash) releases it.
-	if err := lockFile(tmp, true); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
 		return Info{}, fmt.Errorf("put blob: %w", err)
 	}
 	done := false
