@@ -32,7 +32,7 @@ func (s *Server) listBatches(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	const scope = "batches"
-	pg, err := parsePage(q, scope)
+	pg, err := s.parsePage(q, scope)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -43,7 +43,7 @@ func (s *Server) listBatches(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	s.ok(w, r, http.StatusOK, makePage(items, pg.limit, scope, func(b intent.Batch) string { return b.ID }))
+	s.ok(w, r, http.StatusOK, makePage(s.cursors, items, pg.limit, scope, func(b intent.Batch) string { return b.ID }))
 }
 
 // listTasks is GET /v1/batches/{id}/tasks: a batch's tasks in plan order,
@@ -65,7 +65,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 	}
 	// The cursor belongs to this batch and this filter.
 	scope := "tasks:" + batchID + ":" + state
-	pg, err := parsePage(q, scope)
+	pg, err := s.parsePage(q, scope)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -76,7 +76,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, notFoundAs(err, "batch"))
 		return
 	}
-	s.ok(w, r, http.StatusOK, makePage(items, pg.limit, scope, func(t intent.Task) string { return t.ID }))
+	s.ok(w, r, http.StatusOK, makePage(s.cursors, items, pg.limit, scope, func(t intent.Task) string { return t.ID }))
 }
 
 // cancelBatch is POST /v1/batches/{id}/cancel: idempotent; answers the

@@ -57,7 +57,7 @@ func (s *Server) listPublications(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	const scope = "publications"
-	pg, err := parsePage(q, scope)
+	pg, err := s.parsePage(q, scope)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -68,5 +68,5 @@ func (s *Server) listPublications(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	s.ok(w, r, http.StatusOK, makePage(items, pg.limit, scope, func(p intent.Publication) string { return p.ID }))
+	s.ok(w, r, http.StatusOK, makePage(s.cursors, items, pg.limit, scope, func(p intent.Publication) string { return p.ID }))
 }

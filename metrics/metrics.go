@@ -147,15 +147,39 @@ func (m *Metrics) Handler() http.Handler {
 	})
 }
 
+// knownMethods are the method label values; any other method a client
+// sends counts as "other", so that made-up methods cannot grow the label
+// set.
+var knownMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
+	http.MethodConnect: true, http.MethodTrace: true,
+}
+
+// MethodLabel is the method label value of a request method: the method
+// when it is one of RFC 9110's (and PATCH), "other" for anything else.
+func MethodLabel(method string) string {
+	if knownMethods[method] {
+		return method
+	}
+	return "other"
+}
+
 // Request counts one answered HTTP request. route is the matched route
 // pattern, "" when none matched (reported as "unmatched", so that unknown
-// paths cannot grow the label set). A body refused on a route that creates
-// intents also counts as an invalid intent.
+// paths cannot grow the label set); a method that is not a standard one
+// counts as "other", and a status outside 100..599 as "other" too. A body
+// refused on a route that creates intents also counts as an invalid intent.
 func (m *Metrics) Request(method, route string, status int, d time.Duration) {
 	if route == "" {
 		route = "unmatched"
 	}
-	m.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
+	method = MethodLabel(method)
+	code := "other"
+	if status >= 100 && status <= 599 {
+		code = strconv.Itoa(status)
+	}
+	m.requests.WithLabelValues(method, route, code).Inc()
 	m.requestSeconds.WithLabelValues(method, route).Observe(d.Seconds())
 	if op, ok := intentRoutes[route]; ok && method == http.MethodPost {
 		switch status {

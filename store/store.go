@@ -49,6 +49,11 @@ type Store interface {
 	// once on an empty database exactly one creates the first token.
 	CreateTokenIfNone(ctx context.Context, actor, tokenHash string) (created bool, err error)
 
+	// CursorKey returns the secret key that signs list cursors: made (32
+	// random bytes) on the first call on a database and kept in it, so that
+	// every store on one database, in any process, answers the same key.
+	CursorKey(ctx context.Context) ([]byte, error)
+
 	// Ping checks that the database answers and its migrations are applied.
 	Ping(ctx context.Context) error
 	// Close releases the store's connections.

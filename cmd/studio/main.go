@@ -112,7 +112,8 @@ func parse(fs *flag.FlagSet, args []string, applyEnv func() error) error {
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, mode string) error {
 	cfg := DefaultConfig()
 	names := []string{"data", "addr", "workers", "lease-ttl", "max-batch-tasks", "max-attempts", "retry-base",
-		"catalog", "database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace", "webhook-url"}
+		"catalog", "database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace", "webhook-url",
+		"body-timeout", "write-stall", "max-upload-pixels"}
 	if mode == modeWorker {
 		names = []string{"data", "concurrency", "lease-ttl", "max-attempts", "retry-base", "catalog",
 			"database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace", "webhook-url"}

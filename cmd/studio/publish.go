@@ -23,10 +23,11 @@ type pubDeps struct {
 func (m *Main) buildPublications(d *deps) (*pubDeps, error) {
 	p := &pubDeps{blobs: m.blobs, channels: map[string]publish.Channel{}}
 	p.uploads = &intent.Uploads{
-		Store:   m.store,
-		Blobs:   blobWriter{m.blobs},
-		Locker:  d.wrap.locker("upload"),
-		Observe: d.metrics.Intent,
+		Store:     m.store,
+		Blobs:     blobWriter{m.blobs},
+		Locker:    d.wrap.locker("upload"),
+		Observe:   d.metrics.Intent,
+		MaxPixels: m.Config.MaxUploadPixels,
 	}
 	g, err := publish.NewGallery(filepath.Join(m.Config.Data, "gallery"), m.blobs, m.store)
 	if err != nil {

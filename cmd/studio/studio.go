@@ -9,9 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -58,6 +58,9 @@ func NewMain(cfg Config, mode string, stdout, stderr io.Writer) *Main {
 // starts the workers and the HTTP server, and returns.
 func (m *Main) Run(ctx context.Context) error {
 	cfg := m.Config
+	if err := makeDataDir(cfg.Data); err != nil {
+		return err
+	}
 	e, err := openEngine(ctx, cfg)
 	if err != nil {
 		return err
@@ -68,14 +71,14 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Logger.Info("migration applied", "migration", name)
 	}
 
+	deps, err := m.build(ctx)
+	if err != nil {
+		return err
+	}
 	if m.Mode == modeServe {
 		if err := m.ensureFirstToken(ctx); err != nil {
 			return err
 		}
-	}
-	deps, err := m.build(ctx)
-	if err != nil {
-		return err
 	}
 	if err := m.startWorkers(ctx, deps); err != nil {
 		return err
@@ -131,12 +134,8 @@ func (m *Main) startHTTP(deps *deps) error {
 		return fmt.Errorf("listen on %s: %w", m.Config.Addr, err)
 	}
 	m.ln = ln
-	m.server = &http.Server{
-		Handler:           deps.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
-	}
+	open := new(atomic.Int64)
+	m.server = m.newHTTPServer(deps.handler, open)
 	if deps.endStreams != nil {
 		m.server.RegisterOnShutdown(deps.endStreams)
 	}
@@ -146,10 +145,9 @@ func (m *Main) startHTTP(deps *deps) error {
 		}
 	}()
 	m.onClose(func(ctx context.Context) error {
-		if err := m.server.Shutdown(ctx); err != nil {
-			return fmt.Errorf("stop http: %w", err)
-		}
-		return nil
+		grace, cancel := context.WithTimeout(ctx, m.Config.Grace)
+		defer cancel()
+		return stopHTTP(ctx, m.server, open, grace, m.Logger)
 	})
 	if deps.lockAPI != nil {
 		// Held locks and waiting acquires end as shutdown begins, so that
@@ -200,16 +198,22 @@ func (m *Main) ensureFirstToken(ctx context.Context) error {
 		return err
 	}
 	path := filepath.Join(m.Config.Data, "token")
-	if err := os.MkdirAll(m.Config.Data, 0o755); err != nil {
-		return fmt.Errorf("create data directory: %w", err)
-	}
-	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+	written, err := writeTokenFile(m.Config.Data, token)
+	switch {
+	case err != nil:
 		// The token is stored (hashed) and printed below; only the file
 		// copy is missing.
 		m.Logger.Error("could not write the token file", "file", path, "err", err)
+		fmt.Fprintf(m.Stdout, "Created a token for the actor \"local\" (shown only now; not written: %v):\n%s\n", err, token)
+	case !written:
+		// The file is another database's token (say, a SQLite server's,
+		// and this is PostgreSQL): it stays as it is.
+		m.Logger.Warn("the token file exists: the new token was not written", "file", path)
+		fmt.Fprintf(m.Stdout, "Created a token for the actor \"local\" (shown only now; not written: %s already exists, perhaps for another database):\n%s\n", path, token)
+	default:
+		fmt.Fprintf(m.Stdout, "Created a token for the actor \"local\" (also in %s; shown only now):\n%s\n", path, token)
 	}
-	fmt.Fprintf(m.Stdout, "Created a token for the actor \"local\" (also in %s; shown only now):\n%s\n", path, token)
-	m.Logger.Info("created the first token", "actor", "local", "file", path)
+	m.Logger.Info("created the first token", "actor", "local", "file", path, "written", written)
 	return nil
 }
 

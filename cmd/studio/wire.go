@@ -83,7 +83,16 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	if m.Mode != modeServe {
 		return d, nil
 	}
+	cursorKey, err := m.store.CursorKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	uploadDir, err := m.uploadDir()
+	if err != nil {
+		return nil, err
+	}
 	srv, err := httpapi.New(httpapi.Config{
+		CursorKey:    cursorKey,
 		Generations:  d.wrap.generations(d.service),
 		Store:        m.store,
 		Blobs:        m.blobs,
@@ -93,6 +102,8 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		Logger:       m.Logger,
 		Metrics:      d.metrics.Handler(),
 		Observe:      d.wrap.requests(),
+		Limits:       cfg.httpLimits(),
+		UploadDir:    uploadDir,
 	})
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -92,9 +93,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.ReadConns = 4
 	}
 	if dir := filepath.Dir(cfg.Path); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("open sqlite: %w", err)
 		}
+	}
+	// Made here, owner-only, when missing: SQLite gives the -wal and -shm
+	// files the mode of the database file.
+	if f, err := os.OpenFile(cfg.Path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		f.Close()
+	} else if !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("open sqlite: %w", err)
 	}
 	pragmas := []string{
 		"busy_timeout(10000)",

@@ -71,6 +71,7 @@ func Run(t *testing.T, h Harness) {
 		{"ItemExpiredOutOfAttempts", testItemExpiredOutOfAttempts},
 		{"ItemRelease", testItemRelease},
 		{"RacingItemClaimsNeverShareAnItem", testRacingItemClaims},
+		{"CursorKeyOnce", testCursorKeyOnce},
 		{"BatchChanges", testBatchChanges},
 		{"BatchChangesUnderChurn", testChangesUnderChurn},
 		{"BatchChangesEveryPath", testChangesEveryPath},
