@@ -53,6 +53,7 @@ type options struct {
 	limits  httpapi.Limits
 	// cursorKey signs list cursors; a random one when nil.
 	cursorKey []byte
+	events    httpapi.Events
 }
 
 func newHarness(t testing.TB, o options) *harness {
@@ -78,6 +79,7 @@ func newHarness(t testing.TB, o options) *harness {
 		Metrics:     o.metrics,
 		Limits:      o.limits,
 		CursorKey:   o.cursorKey,
+		Events:      o.events,
 	}
 	if o.noBlobs {
 		cfg.Blobs = nil

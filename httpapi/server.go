@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -32,6 +33,10 @@ type Store interface {
 	GetAsset(ctx context.Context, actor, id string) (intent.Asset, error)
 	ActorForToken(ctx context.Context, tokenHash string) (string, error)
 	Ping(ctx context.Context) error
+	// BatchChanges and ListPublications serve the batch events and the
+	// publications list.
+	BatchChanges(ctx context.Context, p store.ChangesParams) (store.Changes, error)
+	ListPublications(ctx context.Context, p store.ListParams) ([]intent.Publication, error)
 }
 
 var _ Store = store.Store(nil)
@@ -104,6 +109,8 @@ type Config struct {
 	// Observe, when set, is called once per request after it was answered
 	// (for metrics). It must be quick and safe for concurrent use.
 	Observe func(RequestRecord)
+	// Events tunes the batch event streams; zero fields take defaults.
+	Events Events
 }
 
 // RequestRecord describes one answered request: what the request log line
@@ -137,6 +144,10 @@ type Server struct {
 	observe   func(RequestRecord)
 	cursors   cursorSigner
 	router    *chi.Mux
+
+	events      Events
+	streamsDone chan struct{} // closed by EndStreams
+	endStreams  sync.Once
 }
 
 // New returns a Server for cfg.
@@ -165,6 +176,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Limits.UploadBody <= 0 {
 		cfg.Limits.UploadBody = intent.MaxUploadBytes
 	}
+	if cfg.Events.Poll <= 0 {
+		cfg.Events.Poll = DefaultEventPoll
+	}
+	if cfg.Events.Heartbeat <= 0 {
+		cfg.Events.Heartbeat = DefaultEventHeartbeat
+	}
 	s := &Server{
 		gens:      cfg.Generations,
 		store:     cfg.Store,
@@ -177,6 +194,9 @@ func New(cfg Config) (*Server, error) {
 		limits:    cfg.Limits,
 		metrics:   cfg.Metrics,
 		observe:   cfg.Observe,
+
+		events:      cfg.Events,
+		streamsDone: make(chan struct{}),
 	}
 	var err error
 	if s.cursors, err = newCursorSigner(cfg.CursorKey); err != nil {
@@ -217,6 +237,7 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/batches/{id}", s.getBatch)
 		r.Get("/batches/{id}/tasks", s.listTasks)
 		r.Post("/batches/{id}/cancel", s.cancelBatch)
+		r.Get("/batches/{id}/events", s.batchEvents)
 		r.Get("/assets/{id}", s.getAsset)
 		r.Get("/assets/{id}/content", s.getAssetContent)
 		r.Post("/locks/acquire", s.acquireLock)
@@ -225,6 +246,7 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/locks/inspect", s.inspectLock)
 		r.Post("/uploads", s.createUpload)
 		r.Post("/publications", s.createPublication)
+		r.Get("/publications", s.listPublications)
 		r.Get("/publications/{id}", s.getPublication)
 	})
 	return r

@@ -7,6 +7,9 @@
 //	studio migrate                       apply migrations and exit
 //	studio token create --actor NAME     print a new API token for NAME
 //	studio bench                         measure this machine (see docs/bench.md)
+//	studio submit FILE [--wait]          submit a generation request to a server (see docs/client.md)
+//	studio status|wait|cancel ID         read, follow or cancel a batch
+//	studio download ID DIR, studio ls    save a batch's images; list batches
 //
 // Run "studio help" or "studio COMMAND -h" for the flags.
 package main
@@ -31,6 +34,7 @@ Usage:
   studio token create --actor NAME      print a new API token for NAME
   studio bench    [flags]               measure this machine: each operation beside its floor
   studio help                           this text
+` + clientUsage + `
 
 Every flag has an environment variable (shown in "studio COMMAND -h"); a
 flag on the command line wins over the variable.
@@ -65,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runToken(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = runBench(ctx, args[1:], stdout, stderr)
+	case "submit", "status", "wait", "cancel", "download", "ls":
+		return runClient(ctx, args[0], args[1:], os.Stdin, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -136,6 +136,9 @@ func (m *Main) startHTTP(deps *deps) error {
 	m.ln = ln
 	open := new(atomic.Int64)
 	m.server = m.newHTTPServer(deps.handler, open)
+	if deps.endStreams != nil {
+		m.server.RegisterOnShutdown(deps.endStreams)
+	}
 	go func() {
 		if err := m.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.Logger.Error("http server stopped", "err", err)

@@ -24,6 +24,8 @@ type deps struct {
 	pubs    *pubDeps
 	lockAPI *lockservice.Service
 	handler http.Handler
+	// endStreams ends the event streams when the server shuts down.
+	endStreams func()
 }
 
 // build makes, in this order, the catalog, the asset store, the lock
@@ -107,6 +109,7 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		return nil, err
 	}
 	d.handler = srv.Handler()
+	d.endStreams = srv.EndStreams
 	return d, nil
 }
 

@@ -278,8 +278,8 @@ func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch
 			return nil
 		}
 		now := stamp(s.now())
-		tag, err := tx.Exec(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = $1
-			WHERE id IN (SELECT q.id FROM tasks q WHERE q.batch_id = $2 AND q.state = 'queued' FOR NO KEY UPDATE SKIP LOCKED)`, now, id)
+		tag, err := tx.Exec(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = $1,
+			changed_xid = pg_current_xact_id() WHERE id IN (SELECT q.id FROM tasks q WHERE q.batch_id = $2 AND q.state = 'queued' FOR NO KEY UPDATE SKIP LOCKED)`, now, id)
 		if err != nil {
 			return err
 		}

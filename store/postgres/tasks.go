@@ -96,7 +96,7 @@ UPDATE tasks t SET
 	attempts = t.attempts + CASE WHEN p.cancel_requested THEN 0 ELSE 1 END,
 	lease_owner = CASE WHEN p.cancel_requested THEN NULL ELSE $1 END,
 	lease_expires_at = CASE WHEN p.cancel_requested THEN NULL ELSE $2::timestamptz END,
-	updated_at = $3
+	updated_at = $3, changed_xid = pg_current_xact_id()
 FROM pick p JOIN batches b ON b.id = p.batch_id WHERE t.id = p.id
 RETURNING t.state, ` + claimColumns
 
@@ -308,21 +308,21 @@ func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams) (time.
 	for _, e := range found {
 		switch {
 		case e.cancelRequested:
-			if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = $1
-				WHERE id = $2 AND fence = $3`, t.wall, e.id, e.fence); err != nil {
+			if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = $1,
+				changed_xid = pg_current_xact_id() WHERE id = $2 AND fence = $3`, t.wall, e.id, e.fence); err != nil {
 				return time.Time{}, nil, fmt.Errorf("cancel expired task: %w", err)
 			}
 			t.deltas.Of(e.batch).Move(intent.StateRunning, intent.StateCanceled)
 		case store.OutOfAttempts(e.used, p.MaxAttempts):
 			msg := fmt.Sprintf("attempt %d: the lease expired (the worker stopped or crashed); no attempts left", e.attempts)
-			if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = 'failed', error = $1, lease_owner = NULL, lease_expires_at = NULL, updated_at = $2
-				WHERE id = $3 AND fence = $4`, msg, t.wall, e.id, e.fence); err != nil {
+			if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = 'failed', error = $1, lease_owner = NULL, lease_expires_at = NULL, updated_at = $2,
+				changed_xid = pg_current_xact_id() WHERE id = $3 AND fence = $4`, msg, t.wall, e.id, e.fence); err != nil {
 				return time.Time{}, nil, fmt.Errorf("fail expired task: %w", err)
 			}
 			t.deltas.Of(e.batch).Move(intent.StateRunning, intent.StateFailed)
 		default:
 			rows, err := t.tx.Query(ctx, `UPDATE tasks t SET fence = fence + 1, attempts = attempts + 1,
-				lease_owner = $1, lease_expires_at = $2, updated_at = $3 FROM batches b
+				lease_owner = $1, lease_expires_at = $2, updated_at = $3, changed_xid = pg_current_xact_id() FROM batches b
 				WHERE b.id = t.batch_id AND t.id = $4 AND t.fence = $5 RETURNING t.state, `+claimColumns,
 				p.Owner, expires, t.wall, e.id, e.fence)
 			if err != nil {
@@ -466,8 +466,8 @@ func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (store.Ren
 // ErrLeaseLost when the lease is not live.
 func (t *taskTx) CancelIfRequested(ctx context.Context, l store.Lease) error {
 	var batch string
-	err := t.tx.QueryRow(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = $3
-		WHERE `+liveLease+` AND (SELECT b.cancel_requested FROM batches b WHERE b.id = tasks.batch_id)
+	err := t.tx.QueryRow(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = $3,
+		changed_xid = pg_current_xact_id() WHERE `+liveLease+` AND (SELECT b.cancel_requested FROM batches b WHERE b.id = tasks.batch_id)
 		RETURNING batch_id`, l.TaskID, l.Fence, t.wall).Scan(&batch)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("cancel task %s: %w", l.TaskID, err)
@@ -522,7 +522,7 @@ const completeSQL = `WITH done AS (
 			error = CASE WHEN ` + canceling + ` THEN error END,
 			asset_id = CASE WHEN ` + canceling + ` THEN asset_id
 				ELSE COALESCE((SELECT a.id FROM assets a WHERE a.task_id = tasks.id), $3) END,
-			lease_owner = NULL, lease_expires_at = NULL, updated_at = $4
+			lease_owner = NULL, lease_expires_at = NULL, updated_at = $4, changed_xid = pg_current_xact_id()
 		WHERE ` + liveLease + `
 		RETURNING id, batch_id, actor, asset_id, state
 	), ins AS (
@@ -619,7 +619,7 @@ func (s *Store) FailTask(ctx context.Context, f store.Failure) (intent.State, er
 	}
 	state := store.StateAfterFailure(canceling[batch], f.Permanent, used, f.MaxAttempts)
 	if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = $3, error = $4, run_after = clock_timestamp() + $5::interval,
-		lease_owner = NULL, lease_expires_at = NULL, updated_at = $6 WHERE id = $1 AND fence = $2`,
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = $6, changed_xid = pg_current_xact_id() WHERE id = $1 AND fence = $2`,
 		f.TaskID, f.Fence, state, f.Error, ttlRoundUp(max(f.Backoff, 0)), t.wall); err != nil {
 		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
 	}
@@ -671,7 +671,7 @@ func (s *Store) ReleaseTasks(ctx context.Context, leases []store.Lease) ([]error
 				state = intent.StateCanceled
 			}
 			if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = $3, released = released + 1, run_after = clock_timestamp(),
-				lease_owner = NULL, lease_expires_at = NULL, updated_at = $4 WHERE id = $1 AND fence = $2`,
+				lease_owner = NULL, lease_expires_at = NULL, updated_at = $4, changed_xid = pg_current_xact_id() WHERE id = $1 AND fence = $2`,
 				leases[i].TaskID, leases[i].Fence, state, t.wall); err != nil {
 				return nil, fmt.Errorf("release task %s: %w", leases[i].TaskID, err)
 			}

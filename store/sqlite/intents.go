@@ -289,8 +289,8 @@ func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch
 		return b, nil // ended: nothing changes
 	}
 	now := ms(s.now())
-	res, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
-		WHERE batch_id = ? AND state = 'queued'`, now, id)
+	res, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?,
+		change_seq = `+nextChangeSQL+` WHERE batch_id = ? AND state = 'queued'`, now, id)
 	if err != nil {
 		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
 	}

@@ -44,10 +44,16 @@ const activeBatchesSQL = `SELECT b.id, b.actor FROM batches b
 		WHERE q.batch_id = b.id AND q.state = 'queued' AND q.run_after <= ?)
 	ORDER BY b.updated_at, b.id LIMIT ?`
 
+// nextChangeSQL is the change_seq of a task a statement changes (state,
+// attempts, asset, error): one above the last one stamped. The trigger of
+// migration 0006 moves task_change_clock up to it; SQLite has one writer,
+// so the values are in commit order.
+const nextChangeSQL = `(SELECT n + 1 FROM task_change_clock)`
+
 // claimBatchSQL leases the first ready queued tasks of one batch, in plan
 // order. Parameters: owner, expires, wall, batch, now, limit.
 const claimBatchSQL = `UPDATE tasks SET state = 'running', fence = fence + 1, attempts = attempts + 1,
-	lease_owner = ?, lease_expires_at = ?, updated_at = ?
+	lease_owner = ?, lease_expires_at = ?, updated_at = ?, change_seq = ` + nextChangeSQL + `
 WHERE id IN (SELECT q.id FROM tasks q
 	WHERE q.batch_id = ? AND q.state = 'queued' AND q.run_after <= ?
 	ORDER BY q.id LIMIT ?)
@@ -62,25 +68,26 @@ const (
 		FROM tasks t JOIN batches b ON b.id = t.batch_id
 		WHERE t.state = 'running' AND t.lease_expires_at <= ?
 		ORDER BY t.lease_expires_at LIMIT ?`
-	cancelExpiredSQL = `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
-		WHERE id = ? AND fence = ?`
-	failExpiredSQL = `UPDATE tasks SET state = 'failed', error = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
-		WHERE id = ? AND fence = ?`
+	cancelExpiredSQL = `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?,
+		change_seq = ` + nextChangeSQL + ` WHERE id = ? AND fence = ?`
+	failExpiredSQL = `UPDATE tasks SET state = 'failed', error = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?,
+		change_seq = ` + nextChangeSQL + ` WHERE id = ? AND fence = ?`
 	reclaimSQL = `UPDATE tasks SET fence = fence + 1, attempts = attempts + 1,
-		lease_owner = ?, lease_expires_at = ?, updated_at = ? WHERE id = ? AND fence = ? RETURNING ` + claimColumns
+		lease_owner = ?, lease_expires_at = ?, updated_at = ?, change_seq = ` + nextChangeSQL + `
+		WHERE id = ? AND fence = ? RETURNING ` + claimColumns
 	specSQL      = `SELECT spec FROM batches WHERE id = ?`
 	renewTaskSQL = `UPDATE tasks SET lease_expires_at = ?
 		WHERE ` + liveLease + ` AND lease_owner = ?
 		RETURNING (SELECT cancel_requested FROM batches WHERE batches.id = tasks.batch_id)`
-	cancelLiveSQL = `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
-		WHERE ` + liveLease + ` AND NOT ` + notCanceling + ` RETURNING batch_id`
+	cancelLiveSQL = `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?,
+		change_seq = ` + nextChangeSQL + ` WHERE ` + liveLease + ` AND NOT ` + notCanceling + ` RETURNING batch_id`
 	saveStepSQL = `UPDATE tasks SET step = ?, provider_ref = ?, updated_at = ?
 		WHERE ` + liveLease + ` AND ` + notCanceling
 	// The task first: its asset is the one already stored for it, if any,
 	// else the new one, inserted only once the fenced update matched.
 	completeSQL = `UPDATE tasks SET state = 'succeeded', error = NULL,
 		asset_id = COALESCE((SELECT a.id FROM assets a WHERE a.task_id = tasks.id), ?),
-		lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = ?, change_seq = ` + nextChangeSQL + `
 		WHERE ` + liveLease + ` AND ` + notCanceling + `
 		RETURNING batch_id, actor, asset_id`
 	insertAssetSQL = `INSERT INTO assets (id, actor, task_id, sha256, content_type, size, width, height, created_at)
@@ -88,11 +95,12 @@ const (
 	failCheckSQL = `SELECT batch_id, attempts - released, NOT ` + notCanceling + `
 		FROM tasks WHERE ` + liveLease
 	failSQL = `UPDATE tasks SET state = ?, error = ?, run_after = ?,
-		lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE ` + liveLease
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = ?, change_seq = ` + nextChangeSQL + `
+		WHERE ` + liveLease
 	releaseTaskSQL = `UPDATE tasks SET
 		state = CASE WHEN ` + notCanceling + ` THEN 'queued' ELSE 'canceled' END,
-		released = released + 1, run_after = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
-		WHERE ` + liveLease + ` RETURNING batch_id, state`
+		released = released + 1, run_after = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?,
+		change_seq = ` + nextChangeSQL + ` WHERE ` + liveLease + ` RETURNING batch_id, state`
 )
 
 var taskSQL = []string{dbNowSQL, activeBatchesSQL, claimBatchSQL, updateCountsSQL, findExpiredSQL, cancelExpiredSQL, failExpiredSQL,

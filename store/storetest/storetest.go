@@ -72,6 +72,10 @@ func Run(t *testing.T, h Harness) {
 		{"ItemRelease", testItemRelease},
 		{"RacingItemClaimsNeverShareAnItem", testRacingItemClaims},
 		{"CursorKeyOnce", testCursorKeyOnce},
+		{"BatchChanges", testBatchChanges},
+		{"BatchChangesUnderChurn", testChangesUnderChurn},
+		{"BatchChangesEveryPath", testChangesEveryPath},
+		{"ListPublications", testListPublications},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,619 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	apiclient "studio/client"
+	"studio/intent"
+)
+
+// The caller's commands: submit, status, wait, cancel, download, ls. They
+// talk to a server through the client package and answer with exit codes:
+const (
+	exitOK          = 0 // done; for a batch: every task succeeded
+	exitTasksFailed = 1 // the batch ended with failed or canceled tasks, or a local failure
+	exitUsage       = 2 // a bad command line or input, or a 4xx answer (its detail printed)
+	exitUnreachable = 3 // no usable answer from the server after the retries
+)
+
+const clientUsage = `
+The caller's commands (they talk to a running server):
+  studio submit FILE|-  [flags]   POST the generation request in FILE (- = stdin); prints the batch id
+  studio status ID      [flags]   the batch and its counts
+  studio wait ID        [flags]   follow the batch to its end (live events)
+  studio cancel ID      [flags]   cancel the batch (idempotent)
+  studio download ID DIR [flags]  save the batch's images in DIR
+  studio ls             [flags]   your batches, newest first
+
+  They read --server (STUDIO_SERVER, default http://127.0.0.1:7070) and
+  --token (STUDIO_TOKEN, default the token file of --data). Exit codes: 0 all
+  tasks succeeded (or the command did what it says), 1 some tasks failed or
+  were canceled (or a local failure, such as an unwritable DIR), 2 a usage
+  or input error (with the server's problem detail), 3 the server was
+  unreachable after the retries.`
+
+// clientFlags are the flags every caller's command takes.
+type clientFlags struct {
+	server, token, data, journal string
+	retries                      int
+	json                         bool
+}
+
+// newClientFlagSet declares the common flags; env variables give their
+// defaults.
+func newClientFlagSet(cmd string, stderr io.Writer, f *clientFlags, summary string) *flag.FlagSet {
+	fs := flag.NewFlagSet("studio "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.server, "server", envOr("STUDIO_SERVER", "http://127.0.0.1:7070"), "the server's address (env STUDIO_SERVER)")
+	fs.StringVar(&f.token, "token", os.Getenv("STUDIO_TOKEN"), "the API token (env STUDIO_TOKEN); default: the token file of --data")
+	fs.StringVar(&f.data, "data", envOr("STUDIO_DATA", "./studio-data"), "the data directory whose token file is read when no token is given (env STUDIO_DATA)")
+	fs.IntVar(&f.retries, "retries", envInt("STUDIO_RETRIES", apiclient.DefaultRetry.Attempts), "tries of each call before giving up: connection errors, timeouts, 5xx and 429 are retried with backoff (env STUDIO_RETRIES)")
+	fs.BoolVar(&f.json, "json", false, "print the result as JSON on stdout")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "%s\n\nFlags:\n", summary)
+		fs.PrintDefaults()
+		fmt.Fprint(stderr, "\nExit codes: 0 success (every task succeeded), 1 tasks failed or were canceled (or a local failure),\n2 usage or input error, 3 server unreachable after the retries.\n")
+	}
+	return fs
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return n
+	}
+	return def
+}
+
+// cliError carries an exit code with a message.
+type cliError struct {
+	code int
+	err  error
+}
+
+func (e *cliError) Error() string { return e.err.Error() }
+func (e *cliError) Unwrap() error { return e.err }
+
+func usageErr(format string, args ...any) error {
+	return &cliError{exitUsage, fmt.Errorf(format, args...)}
+}
+
+// exitCode maps an error to the exit code.
+func exitCode(err error) int {
+	var ce *cliError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ce):
+		return ce.code
+	case errors.Is(err, apiclient.ErrUnreachable):
+		return exitUnreachable
+	}
+	switch s := apiclient.StatusOf(err); {
+	case s >= 500 || s == 429:
+		return exitUnreachable
+	case s >= 400:
+		return exitUsage
+	}
+	return exitTasksFailed
+}
+
+// runClient runs one of the caller's commands and answers its exit code.
+func runClient(ctx context.Context, cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	err := clientCommand(ctx, cmd, args, stdin, stdout, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if errors.Is(err, errUsage) {
+		return exitUsage
+	}
+	code := exitCode(err)
+	if err != nil {
+		var ce *cliError
+		if !errors.As(err, &ce) || ce.err != nil {
+			fmt.Fprintf(stderr, "studio %s: %v\n", cmd, err)
+		}
+	}
+	return code
+}
+
+func clientCommand(ctx context.Context, cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	var f clientFlags
+	switch cmd {
+	case "submit":
+		var wait, fresh bool
+		var dir string
+		fs := newClientFlagSet(cmd, stderr, &f, `usage: studio submit FILE|- [flags]
+
+POSTs the generation request in FILE (a JSON object, as POST /v1/generations
+takes it; - reads stdin) and prints the batch id. Safe to run again: when
+FILE has no request_id, the id made for it is kept in a journal (--journal)
+under the file's canonical content before anything is sent, and the same
+content submitted again reuses it, so a run whose answer was lost (a crash,
+a kill, a network failure) answers the same batch when run again. --new
+submits the content as a new batch (a fresh id, which the journal keeps).`)
+		fs.BoolVar(&wait, "wait", false, "follow the batch to its end: a progress bar on a terminal, one line per change elsewhere")
+		fs.StringVar(&dir, "download", "", "after the batch ends, save its images in `DIR` (implies --wait)")
+		fs.BoolVar(&fresh, "new", false, "submit as a new batch even if this content was submitted before")
+		fs.StringVar(&f.journal, "journal", envOr("STUDIO_JOURNAL", defaultJournal()), "the directory of the submit journal (env STUDIO_JOURNAL)")
+		file, err := parseClientArgs(fs, args, "FILE")
+		if err != nil {
+			return err
+		}
+		return submit(ctx, f, file[0], fresh, wait || dir != "", dir, stdin, stdout, stderr)
+	case "status", "wait", "cancel":
+		var dir string
+		summary := map[string]string{
+			"status": "usage: studio status ID [flags]\n\nPrints the batch: its state and counts (--json: as GET /v1/batches/{id} answers).\nExit 1 when it ended with failed or canceled tasks.",
+			"wait":   "usage: studio wait ID [flags]\n\nFollows the batch to its end from its live events (a progress bar on a terminal,\none line per change elsewhere). Exit 0 when every task succeeded, 1 otherwise.",
+			"cancel": "usage: studio cancel ID [flags]\n\nCancels the batch: queued tasks at once, running ones at their next step.\nIdempotent; on an ended batch it changes nothing.",
+		}[cmd]
+		fs := newClientFlagSet(cmd, stderr, &f, summary)
+		if cmd == "wait" {
+			fs.StringVar(&dir, "download", "", "after the batch ends, save its images in `DIR`")
+		}
+		ids, err := parseClientArgs(fs, args, "ID")
+		if err != nil {
+			return err
+		}
+		c, err := newCLIClient(f)
+		if err != nil {
+			return err
+		}
+		var b *apiclient.Batch
+		switch cmd {
+		case "status":
+			b, err = c.GetBatch(ctx, ids[0])
+		case "cancel":
+			b, err = c.CancelBatch(ctx, ids[0])
+		case "wait":
+			b, err = follow(ctx, c, ids[0], stderr)
+			if err == nil && dir != "" {
+				err = download(ctx, c, ids[0], dir, stderr)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		printBatch(stdout, b, f.json)
+		if cmd != "cancel" && apiclient.Ended(b.State) && b.State != apiclient.StateSucceeded {
+			return &cliError{exitTasksFailed, nil}
+		}
+		return nil
+	case "download":
+		fs := newClientFlagSet(cmd, stderr, &f, "usage: studio download ID DIR [flags]\n\nSaves the images of the batch's succeeded tasks in DIR (made if missing), one\nfile per task named collection-frame-generator-candidate.png, each checked\nagainst its SHA-256 and written whole (temporary file, then rename); files\nalready there with the right bytes are kept, so it can be run again.")
+		a, err := parseClientArgs(fs, args, "ID", "DIR")
+		if err != nil {
+			return err
+		}
+		c, err := newCLIClient(f)
+		if err != nil {
+			return err
+		}
+		return download(ctx, c, a[0], a[1], stderr)
+	case "ls":
+		var limit int
+		var all bool
+		fs := newClientFlagSet(cmd, stderr, &f, "usage: studio ls [flags]\n\nLists your batches, newest first: id, state, tasks done/total, created, prompt.")
+		fs.IntVar(&limit, "limit", 20, "how many batches (1..500)")
+		fs.BoolVar(&all, "all", false, "every batch, page after page")
+		if _, err := parseClientArgs(fs, args); err != nil {
+			return err
+		}
+		if limit < 1 || limit > 500 {
+			return usageErr("--limit must be from 1 to 500")
+		}
+		c, err := newCLIClient(f)
+		if err != nil {
+			return err
+		}
+		return list(ctx, c, limit, all, f.json, stdout)
+	}
+	return usageErr("unknown command %q", cmd)
+}
+
+// parseClientArgs parses flags given before or after the positional
+// arguments, which must be exactly the names given.
+func parseClientArgs(fs *flag.FlagSet, args []string, names ...string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errUsage
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	if len(pos) != len(names) {
+		if len(names) == 0 {
+			fmt.Fprintf(fs.Output(), "unexpected arguments: %v\n", pos)
+		} else {
+			fmt.Fprintf(fs.Output(), "want %s, got %d argument(s); see %s -h\n", strings.Join(names, " "), len(pos), fs.Name())
+		}
+		return nil, errUsage
+	}
+	return pos, nil
+}
+
+// newCLIClient makes the client of the flags: the token from --token or
+// the data directory's token file.
+func newCLIClient(f clientFlags) (*apiclient.Client, error) {
+	token := strings.TrimSpace(f.token)
+	if token == "" {
+		path := filepath.Join(f.data, "token")
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, usageErr("no token: give --token or STUDIO_TOKEN, or --data with a token file (%v)", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if f.retries < 1 {
+		return nil, usageErr("--retries must be at least 1")
+	}
+	c, err := apiclient.New(f.server, apiclient.WithToken(token), apiclient.WithRetry(apiclient.Retry{Attempts: f.retries}),
+		apiclient.WithUserAgent("studio-cli"))
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	return c, nil
+}
+
+// submit sends FILE's request under its request id: the file's own, or
+// the journal's for its content.
+func submit(ctx context.Context, f clientFlags, file string, fresh, wait bool, dir string, stdin io.Reader, stdout, stderr io.Writer) error {
+	var body []byte
+	var err error
+	if file == "-" {
+		body, err = io.ReadAll(stdin)
+	} else {
+		body, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return usageErr("read %s: %v", file, err)
+	}
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(body, &probe); err != nil {
+		return usageErr("%s is not a JSON object: %v", file, err)
+	}
+	c, err := newCLIClient(f)
+	if err != nil {
+		return err
+	}
+	requestID := ""
+	if raw, ok := probe["request_id"]; ok {
+		if fresh {
+			return usageErr("%s names its request_id: --new cannot make another one; change or remove it", file)
+		}
+		if err := json.Unmarshal(raw, &requestID); err != nil {
+			return usageErr("%s: request_id is not a string", file)
+		}
+	} else {
+		canon, err := intent.Canonicalize(body)
+		if err != nil {
+			return usageErr("%s: %v", file, err)
+		}
+		j := journal{dir: f.journal}
+		if requestID, err = j.requestID(canon, file, fresh); err != nil {
+			return &cliError{exitTasksFailed, fmt.Errorf("journal: %w", err)}
+		}
+	}
+	res, err := c.CreateGenerationJSON(ctx, body, requestID)
+	if err != nil {
+		if ctx.Err() != nil {
+			return &cliError{exitTasksFailed, fmt.Errorf("interrupted before the answer; run the same command again: it answers the batch if one was made (request id %s)", requestID)}
+		}
+		return err
+	}
+	b := res.Record
+	if res.Replayed {
+		fmt.Fprintf(stderr, "already submitted: batch %s (request id %s, %s); --new submits it again\n", b.ID, res.RequestID, b.State)
+	} else {
+		fmt.Fprintf(stderr, "created batch %s: %d tasks (request id %s)\n", b.ID, b.TaskCount, res.RequestID)
+	}
+	if !f.json {
+		fmt.Fprintln(stdout, b.ID)
+	}
+	final := &b
+	if wait {
+		if final, err = follow(ctx, c, b.ID, stderr); err != nil {
+			return err
+		}
+		if dir != "" {
+			if err := download(ctx, c, b.ID, dir, stderr); err != nil {
+				return err
+			}
+		}
+	}
+	if f.json {
+		printBatch(stdout, final, true)
+	}
+	if wait && final.State != apiclient.StateSucceeded {
+		return &cliError{exitTasksFailed, nil}
+	}
+	return nil
+}
+
+// printBatch prints a batch: as JSON, or one summary line.
+func printBatch(w io.Writer, b *apiclient.Batch, asJSON bool) {
+	if asJSON {
+		out, _ := json.Marshal(b)
+		fmt.Fprintln(w, string(out))
+		return
+	}
+	c := b.Counts
+	fmt.Fprintf(w, "%s  %-9s  %d/%d done  (%d queued, %d running, %d succeeded, %d failed, %d canceled)\n",
+		b.ID, b.State, c.Ended(), b.TaskCount, c.Queued, c.Running, c.Succeeded, c.Failed, c.Canceled)
+}
+
+// list prints the actor's batches.
+func list(ctx context.Context, c *apiclient.Client, limit int, all, asJSON bool, stdout io.Writer) error {
+	o := apiclient.ListOptions{Limit: limit}
+	for {
+		p, err := c.ListBatches(ctx, o)
+		if err != nil {
+			return err
+		}
+		for _, b := range p.Items {
+			if asJSON {
+				out, _ := json.Marshal(b)
+				fmt.Fprintln(stdout, string(out))
+				continue
+			}
+			prompt := b.Prompt
+			if r := []rune(prompt); len(r) > 40 {
+				prompt = string(r[:39]) + "…"
+			}
+			fmt.Fprintf(stdout, "%s  %-9s  %4d/%-4d  %s  %s\n", b.ID, b.State, b.Counts.Ended(), b.TaskCount,
+				b.CreatedAt.Local().Format("2006-01-02 15:04"), prompt)
+		}
+		if !all || p.NextCursor == "" {
+			return nil
+		}
+		o.Cursor = p.NextCursor
+	}
+}
+
+// download saves a batch's images and says how many.
+func download(ctx context.Context, c *apiclient.Client, id, dir string, stderr io.Writer) error {
+	files, err := c.Download(ctx, id, dir, apiclient.DownloadOptions{})
+	if err != nil {
+		if apiclient.StatusOf(err) == 0 && !errors.Is(err, apiclient.ErrUnreachable) && ctx.Err() == nil {
+			return &cliError{exitTasksFailed, err}
+		}
+		return err
+	}
+	kept := 0
+	for _, f := range files {
+		if f.Skipped {
+			kept++
+		}
+	}
+	fmt.Fprintf(stderr, "saved %d images in %s (%d already there)\n", len(files), dir, kept)
+	return nil
+}
+
+// follow waits for a batch, drawing progress on stderr.
+func follow(ctx context.Context, c *apiclient.Client, id string, stderr io.Writer) (*apiclient.Batch, error) {
+	p := newWaitProgress(stderr, isTerminal(stderr))
+	b, err := c.WaitBatch(ctx, id, apiclient.WaitOptions{OnProgress: p.update})
+	p.finish()
+	if err != nil && ctx.Err() != nil {
+		return nil, &cliError{exitTasksFailed, fmt.Errorf("interrupted; batch %s goes on (follow it again: studio wait %s)", id, id)}
+	}
+	return b, err
+}
+
+// waitProgress draws a batch's progress: a bar redrawn in place on a
+// terminal, one line per change elsewhere.
+type waitProgress struct {
+	w        io.Writer
+	terminal bool
+	start    time.Time
+	started  int // tasks ended when following began
+	last     string
+	drawn    bool
+	polling  bool
+}
+
+func newWaitProgress(w io.Writer, terminal bool) *waitProgress {
+	return &waitProgress{w: w, terminal: terminal, start: time.Now(), started: -1}
+}
+
+func (p *waitProgress) update(ev apiclient.Progress) {
+	b := ev.Batch
+	if b.ID == "" {
+		return
+	}
+	ended := b.Counts.Ended()
+	if p.started < 0 {
+		p.started = ended
+	}
+	if ev.Polling && !p.polling {
+		p.polling = true
+		p.line("(no live events from this server: polling)")
+	}
+	if !p.terminal {
+		if ev.Task != nil {
+			t := ev.Task
+			msg := fmt.Sprintf("task %s/%s %s #%d: %s", t.Collection, t.Frame, t.Generator, t.Candidate, t.State)
+			if t.Attempts > 1 {
+				msg += fmt.Sprintf(" (attempt %d)", t.Attempts)
+			}
+			if t.Error != nil && t.State != apiclient.StateSucceeded {
+				msg += ": " + *t.Error
+			}
+			p.line(msg)
+			return
+		}
+		s := p.summary(b)
+		if s != p.last {
+			p.line(s)
+			p.last = s
+		}
+		return
+	}
+	const width = 30
+	total := max(b.TaskCount, 1)
+	fill := width * ended / total
+	bar := strings.Repeat("#", fill) + strings.Repeat("-", width-fill)
+	fmt.Fprintf(p.w, "\r[%s] %s\x1b[K", bar, p.summary(b))
+	p.drawn = true
+}
+
+// summary is the counts, the rate and the time left.
+func (p *waitProgress) summary(b apiclient.Batch) string {
+	c := b.Counts
+	s := fmt.Sprintf("%s %d/%d done, %d failed, %d canceled", b.State, c.Succeeded, b.TaskCount, c.Failed, c.Canceled)
+	if elapsed := time.Since(p.start).Seconds(); elapsed > 0.5 && p.started >= 0 {
+		rate := float64(c.Ended()-p.started) / elapsed
+		s += fmt.Sprintf(", %.1f/s", rate)
+		if left := b.TaskCount - c.Ended(); left > 0 && rate > 0 {
+			eta := time.Duration(float64(left) / rate * float64(time.Second))
+			if eta < time.Second {
+				s += ", ETA <1s"
+			} else {
+				s += ", ETA " + eta.Round(time.Second).String()
+			}
+		}
+	}
+	return s
+}
+
+func (p *waitProgress) line(s string) {
+	if p.drawn {
+		fmt.Fprint(p.w, "\n")
+		p.drawn = false
+	}
+	fmt.Fprintln(p.w, s)
+}
+
+func (p *waitProgress) finish() {
+	if p.drawn {
+		fmt.Fprint(p.w, "\n")
+	}
+}
+
+// isTerminal says whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// defaultJournal is the submit journal's directory: under the user's
+// configuration directory, else under the temporary one.
+func defaultJournal() string {
+	if d, err := os.UserConfigDir(); err == nil {
+		return filepath.Join(d, "studio", "submit-journal")
+	}
+	return filepath.Join(os.TempDir(), "studio-submit-journal")
+}
+
+// journal keeps the request id made for each submitted content, so that
+// submitting the same content again (after a lost answer, a crash, a
+// kill) sends the same id. One file per content, named by the SHA-256 of
+// its canonical JSON (RFC 8785: key order and spacing do not matter).
+type journal struct{ dir string }
+
+// journalEntry is one journal file.
+type journalEntry struct {
+	RequestID string    `json:"request_id"`
+	File      string    `json:"file"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// requestID answers the id of the content: the journal's, or a new one,
+// written (and synced) before it is answered. fresh replaces the entry.
+// Of processes racing on one new content, the first to link its entry
+// wins and the others read it.
+func (j journal) requestID(canon []byte, file string, fresh bool) (string, error) {
+	sum := sha256.Sum256(canon)
+	path := filepath.Join(j.dir, hex.EncodeToString(sum[:])+".json")
+	if !fresh {
+		if id, err := readJournal(path); err == nil {
+			return id, nil
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return "", err
+		}
+	}
+	if err := os.MkdirAll(j.dir, 0o700); err != nil {
+		return "", err
+	}
+	id, err := apiclient.NewRequestID()
+	if err != nil {
+		return "", err
+	}
+	if abs, err := filepath.Abs(file); err == nil && file != "-" {
+		file = abs
+	}
+	entry, _ := json.Marshal(journalEntry{RequestID: id, File: file, CreatedAt: time.Now().UTC()})
+	tmp, err := os.CreateTemp(j.dir, ".entry-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(append(entry, '\n'))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", err
+	}
+	if fresh {
+		err = os.Rename(tmp.Name(), path)
+	} else if err = os.Link(tmp.Name(), path); errors.Is(err, os.ErrExist) {
+		// Another process made it first: use its id.
+		return readJournal(path)
+	}
+	if err != nil {
+		return "", err
+	}
+	if d, err := os.Open(j.dir); err == nil {
+		d.Sync() // the entry's name survives a crash of the machine
+		d.Close()
+	}
+	return id, nil
+}
+
+func readJournal(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var e journalEntry
+	if err := json.Unmarshal(bytes.TrimSpace(b), &e); err != nil || e.RequestID == "" {
+		return "", fmt.Errorf("journal entry %s is damaged (remove it, or use --new): %v", path, err)
+	}
+	return e.RequestID, nil
+}

@@ -1,0 +1,23 @@
+-- Live batch events (GET /v1/batches/{id}/events): which transaction last
+-- changed what an event shows of each task (state, attempts, asset,
+-- error), so a reader, in any instance, can ask "what changed since
+-- position N" and miss nothing.
+--
+-- Every statement of store/postgres that changes one of those sets
+-- changed_xid = pg_current_xact_id() (one column more in each UPDATE; a
+-- trigger did the same at a cost the drain could see: a PL/pgSQL call per
+-- row). Steps and lease renewals leave it alone. The column is in no
+-- index, so updates that were HOT stay HOT.
+--
+-- Transaction ids are not in commit order (a transaction with a smaller id
+-- may commit later), so a reader hands out only changes of transactions
+-- below its snapshot's xmin (every one of them has ended: committed and
+-- visible, or aborted), and its next position is that xmin: an outbox read
+-- below the visibility horizon (store/postgres/changes.go). A per-batch
+-- counter row would order the writers too, but it is the hot row that
+-- migration 0102 took away; a sequence value is taken before commit and
+-- breaks the order the same way xids do.
+--
+-- A new task starts at 0: its creation is not a change (the batch read at
+-- connect shows it).
+ALTER TABLE tasks ADD COLUMN changed_xid xid8 NOT NULL DEFAULT '0';
