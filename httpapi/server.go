@@ -71,6 +71,11 @@ type Config struct {
 	// Observe, when set, is called once per request after it was answered
 	// (for metrics). It must be quick and safe for concurrent use.
 	Observe func(RequestRecord)
+	// Catalogs answers GET /v1/catalog; without it the route answers 503.
+	Catalogs Catalogs
+	// UI, when set, serves the web studio at / and /ui/ (no token: the
+	// page signs in from the browser; see package web).
+	UI http.Handler
 }
 
 // RequestRecord describes one answered request: what the request log line
@@ -101,6 +106,8 @@ type Server struct {
 	limits    Limits
 	metrics   http.Handler
 	observe   func(RequestRecord)
+	catalogs  Catalogs
+	ui        http.Handler
 	router    *chi.Mux
 }
 
@@ -135,6 +142,8 @@ func New(cfg Config) (*Server, error) {
 		limits:    cfg.Limits,
 		metrics:   cfg.Metrics,
 		observe:   cfg.Observe,
+		catalogs:  cfg.Catalogs,
+		ui:        cfg.UI,
 	}
 	if err := checkOpenAPI(); err != nil {
 		return nil, fmt.Errorf("new http api: %w", err)
@@ -162,6 +171,10 @@ func (s *Server) routes() *chi.Mux {
 	if s.metrics != nil {
 		r.Method(http.MethodGet, "/metrics", s.metrics)
 	}
+	if s.ui != nil {
+		r.Method(http.MethodGet, "/", s.ui)
+		r.Method(http.MethodGet, "/ui/*", s.ui)
+	}
 
 	// The API: every route, known or not, needs a token first.
 	r.Route("/v1", func(r chi.Router) {
@@ -176,6 +189,7 @@ func (s *Server) routes() *chi.Mux {
 		r.Post("/uploads", s.createUpload)
 		r.Post("/publications", s.createPublication)
 		r.Get("/publications/{id}", s.getPublication)
+		r.Get("/catalog", s.getCatalog)
 	})
 	return r
 }
