@@ -14,6 +14,7 @@ import (
 	"studio/planner"
 	"studio/store/postgres"
 	"studio/store/sqlite"
+	"studio/web"
 )
 
 // deps are the objects a process is wired from: config to objects, nothing
@@ -76,6 +77,8 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		Logger:       m.Logger,
 		Metrics:      d.metrics.Handler(),
 		Observe:      observeRequests(d.metrics),
+		Catalogs:     catalogView{d.catalog, cfg.MaxBatchTasks, d.service.Channels},
+		UI:           web.Handler(),
 	})
 	if err != nil {
 		return nil, err
