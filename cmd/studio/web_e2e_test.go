@@ -1,0 +1,503 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// The web studio, end to end: the whole program in this process, a proxy
+// in front of it that can drop answers, and headless Chromium driven with
+// chromedp. Without a Chromium these tests skip and say so; with
+// STUDIO_TEST_CHROMIUM set (CI sets it) a missing browser fails them.
+
+// chromiumPath finds the browser: STUDIO_TEST_CHROMIUM, else chromium,
+// chromium-browser, google-chrome on PATH.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("STUDIO_TEST_CHROMIUM"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("STUDIO_TEST_CHROMIUM=%s: %v", p, err)
+		}
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no Chromium found (looked for chromium, chromium-browser, google-chrome on PATH; or set STUDIO_TEST_CHROMIUM=/path/to/chromium): the web studio's browser tests are skipped")
+	return ""
+}
+
+// newBrowser starts a headless Chromium with a fresh profile and returns a
+// tab's context, with a deadline for the whole test.
+func newBrowser(t *testing.T, width, height int) page {
+	t.Helper()
+	exe := chromiumPath(t)
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(width, height),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.Flag("mute-audio", true),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(acancel)
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(bcancel)
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start %s: %v", exe, err)
+	}
+	return page{t: t, ctx: bctx}
+}
+
+// dropProxy forwards everything to studio. While dropping is on, it
+// forwards each POST /v1/generations, lets studio answer it in full, and
+// then closes the browser's connection without a byte of the answer: the
+// request was handled, its answer is lost.
+type dropProxy struct {
+	target *url.URL
+	rp     *httputil.ReverseProxy
+	srv    *httptest.Server
+
+	mu       sync.Mutex
+	dropping bool
+	posts    []string // request ids of every POST /v1/generations seen
+	dropped  int
+	paths    []string // method + path of every request
+}
+
+func newDropProxy(t *testing.T, addr string) *dropProxy {
+	u, _ := url.Parse("http://" + addr)
+	p := &dropProxy{target: u, rp: httputil.NewSingleHostReverseProxy(u)}
+	p.srv = httptest.NewServer(p)
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *dropProxy) setDropping(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dropping = on
+}
+
+func (p *dropProxy) seen() (posts []string, dropped int, paths []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.posts...), p.dropped, append([]string(nil), p.paths...)
+}
+
+func (p *dropProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	p.paths = append(p.paths, r.Method+" "+r.URL.Path)
+	isPost := r.Method == http.MethodPost && r.URL.Path == "/v1/generations"
+	drop := isPost && p.dropping
+	p.mu.Unlock()
+	if !isPost {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	var req struct {
+		RequestID string `json:"request_id"`
+	}
+	_ = json.Unmarshal(body, &req)
+	p.mu.Lock()
+	p.posts = append(p.posts, req.RequestID)
+	p.mu.Unlock()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if !drop {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	rec := httptest.NewRecorder()
+	p.rp.ServeHTTP(rec, r) // studio handles it completely
+	p.mu.Lock()
+	p.dropped++
+	p.mu.Unlock()
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0) // a reset, as a proxy that died would leave
+	}
+	conn.Close()
+}
+
+// page drives one browser tab; every helper fails the test on an error.
+type page struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+func (p page) do(steps ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		var body string
+		body, _ = chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.querySelector('main').innerText`))
+		p.t.Fatalf("%v; the page shows:\n%s", err, body)
+	}
+}
+
+// eval runs an expression in the page and decodes its value.
+func eval[T any](p page, expr string) T {
+	p.t.Helper()
+	v, err := chromedp.Run(p.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		p.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+func (p page) text(sel string) string {
+	p.t.Helper()
+	v, err := chromedp.Run(p.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		p.t.Fatalf("text of %s: %v", sel, err)
+	}
+	return v
+}
+
+func (p page) attr(sel, name string) string {
+	p.t.Helper()
+	v, err := chromedp.Run(p.ctx, chromedp.AttributeValue(chromedp.CSS(sel), name))
+	if err != nil {
+		p.t.Fatalf("attribute %s of %s: %v", name, sel, err)
+	}
+	return v.Value
+}
+
+func visible(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.WaitVisible(chromedp.CSS(sel))
+}
+func click(sel string) chromedp.Action[chromedp.Void] { return chromedp.Click(chromedp.CSS(sel)) }
+
+// setField sets an input's value as typing would, firing input and change.
+func setField(sel, value string) chromedp.Action[chromedp.Void] {
+	s, _ := json.Marshal(sel)
+	v, _ := json.Marshal(value)
+	a := chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const e = document.querySelector(%s); e.value = %s;
+		e.dispatchEvent(new Event('input', {bubbles: true})); e.dispatchEvent(new Event('change', {bubbles: true})); return true; })()`, s, v))
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := a(ctx, t)
+		return chromedp.Void{}, err
+	}
+}
+
+// waitJS polls a boolean expression in the page until it holds.
+func (p page) waitJS(what, expr string) {
+	p.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !eval[bool](p, expr) {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("timed out waiting for %s; the page shows:\n%s", what, eval[string](p, `document.querySelector('main').innerText`))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// screenshot saves the page as docs/img/NAME.png when
+// STUDIO_UPDATE_SCREENSHOTS=1, so that ordinary runs leave the tree clean.
+func (p page) screenshot(name string) {
+	p.t.Helper()
+	if os.Getenv("STUDIO_UPDATE_SCREENSHOTS") != "1" {
+		return
+	}
+	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		p.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	dir := filepath.Join("..", "..", "docs", "img")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+type webBatch struct {
+	ID        string         `json:"id"`
+	RequestID string         `json:"request_id"`
+	State     string         `json:"state"`
+	TaskCount int            `json:"task_count"`
+	Counts    map[string]int `json:"counts"`
+}
+
+func listBatches(t *testing.T, c *client) []webBatch {
+	t.Helper()
+	var list struct {
+		Items []webBatch `json:"items"`
+	}
+	resp, err := c.do(context.Background(), "GET", "/v1/batches", nil, &list)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("list batches: %v %v", resp, err)
+	}
+	return list.Items
+}
+
+// TestWebStudio goes through the studio as a person would: sign in with the
+// link serve prints, compose (typing), review, submit with the answer
+// dropped by the proxy, submit again (one batch, same id), watch the batch
+// page fill in as a worker started later drains it, pick and publish.
+func TestWebStudio(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 1280, 900)
+	cfg := testConfig(t) // no workers: the batch waits until one starts
+	m, stdout := startMain(t, cfg)
+	token := readToken(t, cfg.Data)
+	link := "http://" + m.Addr() + "/#token=" + token
+	if !strings.Contains(stdout.String(), link) {
+		t.Fatalf("serve did not print the sign-in link %s:\n%s", link, stdout.String())
+	}
+	proxy := newDropProxy(t, m.Addr())
+	c := newClient(t, m.Addr(), token)
+
+	// Sign in with the link (through the proxy); the token leaves the
+	// address bar at once and stays in sessionStorage only.
+	p.do(chromedp.Navigate(proxy.srv.URL+"/#token="+token), visible(`#compose`))
+	hash := eval[string](p, `location.hash`)
+	stored := eval[string](p, `sessionStorage.getItem('studio.token')`)
+	local := eval[string](p, `JSON.stringify(localStorage)`)
+	if strings.Contains(hash, "token") || stored != token || strings.Contains(local, token) {
+		t.Fatalf("after the link: hash %q, sessionStorage %q, localStorage %q", hash, stored, local)
+	}
+	_, _, paths := proxy.seen()
+	for _, path := range paths {
+		if strings.Contains(path, token) {
+			t.Fatalf("the token reached the server in a request line: %s", path)
+		}
+	}
+
+	// Compose: type the prompt, set frames, candidates, a subject, a seed
+	// and params; the page counts the tasks against the limit.
+	p.do(
+		chromedp.SendKeys(chromedp.CSS(`#prompt`), "a knight in the rain, side view"),
+		setField(`#set-0-collection`, "walk-cycle"),
+		setField(`#set-0-frames`, "f01, f02"),
+		setField(`#candidates`, "2"),
+		setField(`#seed`, "7"),
+		click(`#subject-knight`),
+		setField(`#params`, `{"delay_ms": 150}`),
+	)
+	if tasks, limit := p.attr(`#task-count`, "data-tasks"), p.attr(`#task-count`, "data-limit"); tasks != "8" || limit != "600" {
+		// 2 frames x 2 generators (auto) x 2 candidates
+		t.Fatalf("the page counts %s tasks against a limit of %s; want 8 and 600", tasks, limit)
+	}
+	p.screenshot("compose")
+
+	// Review: the frozen request and its id.
+	p.do(click(`#review`), visible(`#frozen`))
+	id, frozen := p.text(`#request-id`), p.text(`#frozen`)
+	var req map[string]any
+	if err := json.Unmarshal([]byte(frozen), &req); err != nil {
+		t.Fatalf("the frozen request is not JSON: %v\n%s", err, frozen)
+	}
+	if req["request_id"] != id || len(id) != 36 || req["prompt"] != "a knight in the rain, side view" || req["candidates"] != 2.0 || req["seed"] != 7.0 {
+		t.Fatalf("frozen request %v, id %q", req, id)
+	}
+	p.screenshot("review")
+
+	// Submit with the keyboard (Submit has the focus); the proxy drops the
+	// answer after studio made the batch.
+	proxy.setDropping(true)
+	p.do(chromedp.KeyEvent("\r"), visible(`#lost`))
+	posts, dropped, _ := proxy.seen()
+	if dropped < 1 || len(posts) < 1 {
+		t.Fatalf("the proxy dropped %d answers of %d posts", dropped, len(posts))
+	}
+	if b := listBatches(t, c); len(b) != 1 || b[0].RequestID != id {
+		t.Fatalf("after the lost answer studio has %+v; want the one batch of %s", b, id)
+	}
+	if again := p.text(`#submit`); again != "Submit again" {
+		t.Fatalf("the button says %q after a lost answer", again)
+	}
+	p.screenshot("review-lost")
+	proxy.setDropping(false)
+	p.do(click(`#submit`), visible(`#grid .cell`))
+	flash := p.text(`#flash`)
+	posts, _, _ = proxy.seen()
+	for _, got := range posts {
+		if got != id {
+			t.Fatalf("the posts carried ids %v; every one should be %s", posts, id)
+		}
+	}
+	batches := listBatches(t, c)
+	if len(batches) != 1 || batches[0].RequestID != id || batches[0].TaskCount != 8 {
+		t.Fatalf("studio has %+v; want exactly one batch of 8 tasks for %s", batches, id)
+	}
+	if !strings.Contains(flash, "already made this batch") {
+		t.Fatalf("the batch page says %q; want it to say the retry was answered with the first batch", flash)
+	}
+	batchID := batches[0].ID
+
+	// The batch page: every cell is there, with its size, before any task
+	// has run.
+	type rect struct{ X, Y, W, H float64 }
+	const rects = `[...document.querySelectorAll('#grid .cell')].map((e) => { const r = e.getBoundingClientRect(); return {X: r.x, Y: r.y + scrollY, W: r.width, H: r.height}; })`
+	before := eval[[]rect](p, rects)
+	if len(before) != 8 {
+		t.Fatalf("%d cells before the drain; want 8", len(before))
+	}
+
+	// A worker process starts; the page fills in without a reload.
+	wcfg := cfg
+	wcfg.Workers = 1
+	w := NewMain(wcfg, modeWorker, io.Discard, io.Discard)
+	if err := w.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	type progress struct {
+		Loaded int
+		State  string
+	}
+	partial := false
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		n := eval[progress](p, `({Loaded: document.querySelectorAll('#grid img[data-loaded]').length, State: document.querySelector('#batch-state').dataset.state})`)
+		if n.Loaded > 0 && n.Loaded < 8 {
+			partial = true
+		}
+		if n.Loaded == 8 && n.State == "succeeded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page shows %d of 8 thumbnails, state %q", n.Loaded, n.State)
+		}
+		time.Sleep(40 * time.Millisecond)
+	}
+	if !partial {
+		t.Error("the page never showed part of the batch: it did not fill in as the worker drained")
+	}
+	after := eval[[]rect](p, rects)
+	for i := range before {
+		if before[i] != after[i] {
+			t.Errorf("cell %d moved or changed size as images arrived: %+v -> %+v", i, before[i], after[i])
+		}
+	}
+	_, _, paths = proxy.seen()
+	if !slices.Contains(paths, "GET /v1/batches/"+batchID+"/events") {
+		t.Errorf("the page did not follow the events stream; it asked for %v", paths)
+	}
+
+	// Pick two images and publish them to the gallery.
+	p.do(click(`#grid .cells .cell:nth-child(1)`), click(`#grid .cells .cell:nth-child(2)`))
+	if picked := p.text(`#picked`); picked != "2 images picked" {
+		t.Fatalf("picked: %q", picked)
+	}
+	p.do(click(`#publish`))
+	p.waitJS("the publication to succeed", `!!document.querySelector('#publications li [data-state="succeeded"]')`)
+	p.screenshot("batch")
+	gallery, _ := filepath.Glob(filepath.Join(cfg.Data, "gallery", "*", "*.png"))
+	if len(gallery) != 2 {
+		t.Fatalf("the gallery has %v; want the two picked images", gallery)
+	}
+
+	// The batches list, newest first, with state and counts.
+	p.do(chromedp.Navigate(proxy.srv.URL+"/#/batches"), visible(`tr[data-batch]`))
+	rows := eval[[]string](p, `[...document.querySelectorAll('tr[data-batch]')].map((r) => r.dataset.batch + ' ' + r.innerText.replace(/\s+/g, ' ').trim())`)
+	if len(rows) != 1 || !strings.HasPrefix(rows[0], batchID+" ") || !strings.Contains(rows[0], "succeeded 8 / 8 8 0 0") {
+		t.Fatalf("batches list: %q", rows)
+	}
+	p.screenshot("batches")
+}
+
+// TestWebStudioRefusals: a bad token is refused at sign-in; a 409 (the
+// reviewed id was taken by other input) and a 422 (a param the generators
+// refuse) are shown with their problem detail and the fields at fault;
+// editing makes a new request id.
+func TestWebStudioRefusals(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 1280, 900)
+	cfg := testConfig(t)
+	m, _ := startMain(t, cfg)
+	token := readToken(t, cfg.Data)
+	c := newClient(t, m.Addr(), token)
+
+	// Sign in by pasting the token (a wrong one first).
+	p.do(
+		chromedp.Navigate("http://"+m.Addr()+"/"),
+		visible(`#token`),
+		chromedp.SendKeys(chromedp.CSS(`#token`), "stu_not-a-token\r"),
+		visible(`#signin [role="alert"]`),
+		setField(`#token`, token),
+		click(`#signin button[type="submit"]`),
+		visible(`#compose`),
+		setField(`#prompt`, "a robot"),
+		setField(`#set-0-frames`, "a"),
+		click(`#review`),
+		visible(`#request-id`),
+	)
+	id := p.text(`#request-id`)
+	// Someone else binds that id to other input first.
+	body := map[string]any{"request_id": id, "prompt": "something else", "sets": []map[string]any{{"collection": "c", "frames": []string{"x"}}}}
+	if resp, err := c.do(context.Background(), "POST", "/v1/generations", body, nil); err != nil || resp.StatusCode != 201 {
+		t.Fatalf("bind the id: %v %v", resp, err)
+	}
+	p.do(click(`#submit`), visible(`[data-problem-status="409"]`))
+	detail := p.text(`[data-problem-status="409"]`)
+	if !strings.Contains(detail, "The request ID already belongs to different input.") || !eval[bool](p, `document.querySelector('#submit').disabled`) {
+		t.Fatalf("409 shown as %q, or Submit still enabled", detail)
+	}
+	p.screenshot("review-409")
+
+	// Edit: a param the generator refuses. The next review has a new id,
+	// and the 422 names the field.
+	p.do(
+		click(`#edit`),
+		visible(`#params`),
+		setField(`#params`, `{"width": 5}`),
+		click(`#review`),
+		visible(`#request-id`),
+	)
+	id2 := p.text(`#request-id`)
+	if id2 == id || id2 == "" {
+		t.Fatalf("the edited request kept the id %s", id)
+	}
+	p.do(click(`#submit`), visible(`[data-problem-status="422"] [data-field]`))
+	if field := p.attr(`[data-problem-status="422"] [data-field]`, "data-field"); field != "params.width" {
+		t.Fatalf("the 422 names the field %q; want params.width", field)
+	}
+	if b := listBatches(t, c); len(b) != 1 {
+		t.Fatalf("studio has %d batches; want only the one bound by the other input", len(b))
+	}
+}
