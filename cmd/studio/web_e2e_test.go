@@ -501,3 +501,119 @@ func TestWebStudioRefusals(t *testing.T) {
 		t.Fatalf("studio has %d batches; want only the one bound by the other input", len(b))
 	}
 }
+
+// TestWebSSEParser feeds one stream to the page's events parser cut into
+// pieces of every size (CRLF, LF and CR line ends, a CR and its LF in two
+// pieces, comments, multi-line data, an event with no data, retry) and
+// expects the same events each time.
+func TestWebSSEParser(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 800, 600)
+	cfg := testConfig(t)
+	m, _ := startMain(t, cfg)
+	p.do(chromedp.Navigate("http://"+m.Addr()+"/"), visible(`#token`))
+	type event struct {
+		Type, Data string
+		ID         *string
+	}
+	type result struct {
+		Events []event
+		Retry  int
+	}
+	const script = `(async () => {
+		const {parser} = await import('/ui/sse.js');
+		const text = ': ping\r\nid: 1\r\nevent: batch\r\ndata: {"a":1}\r\n\r\nevent: empty\n\nid: 2\nevent: task\ndata: line1\ndata:line2\n\n: ping\n\nretry: 5000\nid: 3\revent: done\rdata: x\r\r';
+		const out = [];
+		for (const size of [1, 2, 3, 5, 7, 11, 1000]) {
+			const r = {Events: [], Retry: 0};
+			const feed = parser((e) => r.Events.push({Type: e.type, Data: e.data, ID: e.id}), (ms) => { r.Retry = ms; });
+			for (let i = 0; i < text.length; i += size) feed(text.slice(i, i + size));
+			out.push(r);
+		}
+		return out;
+	})()`
+	got, err := chromedp.Run(p.ctx, chromedp.Evaluate[[]result](script, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := func(s string) *string { return &s }
+	want := []event{{"batch", `{"a":1}`, id("1")}, {"task", "line1\nline2", id("2")}, {"done", "x", id("3")}}
+	if len(got) != 7 {
+		t.Fatalf("%d results", len(got))
+	}
+	for i, r := range got {
+		ok := len(r.Events) == len(want) && r.Retry == 5000
+		for j := 0; ok && j < len(want); j++ {
+			e := r.Events[j]
+			ok = e.Type == want[j].Type && e.Data == want[j].Data && e.ID != nil && *e.ID == *want[j].ID
+		}
+		if !ok {
+			t.Errorf("cut %d: %+v", i, r)
+		}
+	}
+}
+
+// TestWebStudioCancelFailuresPhone: cancel from the batch page; failed
+// tasks shown with their errors; on a phone-sized screen nothing is wider
+// than the screen.
+func TestWebStudioCancelFailuresPhone(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 1280, 900)
+	cfg := testConfig(t)
+	cfg.MaxAttempts = 1
+	m, _ := startMain(t, cfg)
+	token := readToken(t, cfg.Data)
+	c := newClient(t, m.Addr(), token)
+	base := "http://" + m.Addr()
+	create := func(requestID string, body map[string]any) webBatch {
+		t.Helper()
+		body["request_id"] = requestID
+		var b webBatch
+		if resp, err := c.do(context.Background(), "POST", "/v1/generations", body, &b); err != nil || resp.StatusCode != 201 {
+			t.Fatalf("create %s: %v %v", requestID, resp, err)
+		}
+		return b
+	}
+
+	// Cancel a queued batch (no worker runs yet).
+	queued := create("queued", map[string]any{"prompt": "a cat", "providers": []string{"sketch"},
+		"sets": []map[string]any{{"collection": "c", "frames": []string{"a", "b", "c"}}}})
+	p.do(chromedp.Navigate(base+"/#token="+token), visible(`#compose`),
+		chromedp.Navigate(base+"/#/batches/"+queued.ID), visible(`#grid .cell`), click(`#cancel`))
+	p.waitJS("the batch to show canceled", `document.querySelector('#batch-state').dataset.state === 'canceled'`)
+	if s := p.text(`#stats`); !strings.Contains(s, "3 canceled") || !eval[bool](p, `document.querySelector('#cancel').disabled`) {
+		t.Fatalf("after cancel: %q", s)
+	}
+
+	// A batch whose tasks fail (one attempt allowed, the first fails).
+	failing := create("failing", map[string]any{"prompt": "a robot", "providers": []string{"sketch"}, "candidates": 2,
+		"params": map[string]any{"fail_attempts": 1}, "sets": []map[string]any{{"collection": "c", "frames": []string{"a"}}}})
+	wcfg := cfg
+	wcfg.Workers = 2
+	w := NewMain(wcfg, modeWorker, io.Discard, io.Discard)
+	if err := w.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	p.do(chromedp.Navigate(base+"/#/batches/"+failing.ID), visible(`#grid .cell`))
+	p.waitJS("the failed tasks to be listed", `document.querySelectorAll('#failed li').length === 2`)
+	if s := p.text(`#failed`); !strings.Contains(s, "Failed tasks (2)") || !strings.Contains(s, "1 attempt") {
+		t.Fatalf("failed tasks shown as %q", s)
+	}
+	if n := eval[int](p, `document.querySelectorAll('#grid .cell.failed .why').length`); n != 2 {
+		t.Fatalf("%d failed cells show their error", n)
+	}
+
+	// A phone: 390 px wide. Nothing overflows sideways on any page.
+	p.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile))
+	for _, route := range []string{"#/batches/" + queued.ID, "#/compose", "#/batches"} {
+		p.do(chromedp.Navigate(base+"/"+route), visible(`main h1`))
+		p.waitJS("the page to render", `!!document.querySelector('main [id], main table')`)
+		if wide := eval[bool](p, `document.documentElement.scrollWidth > window.innerWidth`); wide {
+			t.Errorf("%s is wider than a 390 px screen (%v > 390)", route, eval[int](p, `document.documentElement.scrollWidth`))
+		}
+	}
+	p.do(chromedp.Navigate(base + "/#/batches/" + failing.ID))
+	p.waitJS("the failed batch", `document.querySelectorAll('#failed li').length === 2`)
+	p.screenshot("batch-phone")
+}
