@@ -312,7 +312,11 @@ export async function batchView(main, id, cat, signal) {
   try {
     await follow(`${path}/events`, {
       signal,
-      onState: (s) => { live.textContent = s === 'live' ? 'live' : 'reconnecting…'; live.dataset.state = s; },
+      onState: (s) => {
+        live.textContent = s === 'live' ? 'live' : 'reconnecting…';
+        live.dataset.state = s;
+        if (s === 'live') live.dataset.streamed = 'true';
+      },
       onEvent: (ev) => {
         let data;
         try { data = JSON.parse(ev.data); } catch { return; }
