@@ -49,6 +49,7 @@ type options struct {
 	noBlobs bool
 	observe func(httpapi.RequestRecord)
 	metrics http.Handler
+	events  httpapi.Events
 }
 
 func newHarness(t testing.TB, o options) *harness {
@@ -71,6 +72,7 @@ func newHarness(t testing.TB, o options) *harness {
 		Logger:      slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Observe:     o.observe,
 		Metrics:     o.metrics,
+		Events:      o.events,
 	}
 	if o.noBlobs {
 		cfg.Blobs = nil

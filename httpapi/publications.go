@@ -8,6 +8,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"studio/intent"
+	"studio/store"
 )
 
 // Publications creates and reads publications: intent.Service implements
@@ -45,4 +46,27 @@ func (s *Server) getPublication(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.ok(w, r, http.StatusOK, p)
+}
+
+// listPublications is GET /v1/publications: the actor's publications,
+// newest first, in cursor pages like the batches list.
+func (s *Server) listPublications(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	const scope = "publications"
+	pg, err := parsePage(q, scope)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	actor, _ := ActorFrom(r.Context())
+	items, err := s.store.ListPublications(r.Context(), store.ListParams{Actor: actor, Limit: pg.limit + 1, After: pg.after})
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	s.ok(w, r, http.StatusOK, makePage(items, pg.limit, scope, func(p intent.Publication) string { return p.ID }))
 }

@@ -1,8 +1,11 @@
 package httpapi_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -139,4 +142,56 @@ func TestPublicationRefusals(t *testing.T) {
 	if err := h.store.ReadDB().QueryRow(`SELECT COUNT(*) FROM publications`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d publications stored by refused requests (%v)", n, err)
 	}
+}
+
+func TestListPublicationsPages(t *testing.T) {
+	h := newHarness(t, options{})
+	batch, assets := storetest.BatchWithAssets(t, h.store, "alice", "lp-batch", 2)
+	var ids []string
+	for i := 0; i < 3; i++ {
+		rid := fmt.Sprintf("lp-%d", i)
+		in := storetest.PublicationIntent(t, "alice", rid, "fp-"+rid, batch, assets, "gallery")
+		if _, _, err := h.store.CreateIntent(context.Background(), in); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, in.Publication.ID)
+	}
+	type page struct {
+		Items      []intent.Publication `json:"items"`
+		NextCursor *string              `json:"next_cursor"`
+	}
+	w := h.do(req{method: http.MethodGet, path: "/v1/publications?limit=2", actor: "alice"})
+	if w.Code != http.StatusOK {
+		t.Fatalf("list: %d %s", w.Code, w.Body)
+	}
+	p := decode[page](t, w)
+	if len(p.Items) != 2 || p.Items[0].ID != ids[2] || p.Items[1].ID != ids[1] || p.NextCursor == nil {
+		t.Fatalf("first page %+v", p)
+	}
+	w = h.do(req{method: http.MethodGet, path: "/v1/publications?limit=2&cursor=" + url.QueryEscape(*p.NextCursor), actor: "alice"})
+	p = decode[page](t, w)
+	if len(p.Items) != 1 || p.Items[0].ID != ids[0] || p.NextCursor != nil {
+		t.Fatalf("second page %+v", p)
+	}
+	w = h.do(req{method: http.MethodGet, path: "/v1/publications", actor: "bob"})
+	if p := decode[page](t, w); w.Code != http.StatusOK || len(p.Items) != 0 {
+		t.Fatalf("bob's list: %d %s", w.Code, w.Body)
+	}
+	// A cursor of another list is refused, as is a bad limit.
+	h.create("alice", "lp-other", 1, 1)
+	var bpage struct {
+		NextCursor *string `json:"next_cursor"`
+	}
+	if err := json.Unmarshal(h.do(req{method: http.MethodGet, path: "/v1/batches?limit=1", actor: "alice"}).Body.Bytes(), &bpage); err != nil || bpage.NextCursor == nil {
+		t.Fatalf("batches page: %v %v", bpage, err)
+	}
+	pr := wantProblem(t, h.do(req{method: http.MethodGet, path: "/v1/publications?cursor=" + url.QueryEscape(*bpage.NextCursor), actor: "alice"}), http.StatusBadRequest)
+	if !pr.hasField("cursor") {
+		t.Fatalf("problem %+v", pr)
+	}
+	pr = wantProblem(t, h.do(req{method: http.MethodGet, path: "/v1/publications?limit=0&cursor=abc", actor: "alice"}), http.StatusBadRequest)
+	if !pr.hasField("limit") || !pr.hasField("cursor") {
+		t.Fatalf("problem %+v", pr)
+	}
+	wantProblem(t, h.do(req{method: http.MethodGet, path: "/v1/publications"}), http.StatusUnauthorized)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -76,6 +77,8 @@ type Config struct {
 	// UI, when set, serves the web studio at / and /ui/ (no token: the
 	// page signs in from the browser; see package web).
 	UI http.Handler
+	// Events tunes the batch event streams; zero fields take defaults.
+	Events Events
 }
 
 // RequestRecord describes one answered request: what the request log line
@@ -109,6 +112,10 @@ type Server struct {
 	catalogs  Catalogs
 	ui        http.Handler
 	router    *chi.Mux
+
+	events      Events
+	streamsDone chan struct{} // closed by EndStreams
+	endStreams  sync.Once
 }
 
 // New returns a Server for cfg.
@@ -131,6 +138,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Limits.UploadBody <= 0 {
 		cfg.Limits.UploadBody = intent.MaxUploadBytes
 	}
+	if cfg.Events.Poll <= 0 {
+		cfg.Events.Poll = DefaultEventPoll
+	}
+	if cfg.Events.Heartbeat <= 0 {
+		cfg.Events.Heartbeat = DefaultEventHeartbeat
+	}
 	s := &Server{
 		gens:      cfg.Generations,
 		store:     cfg.Store,
@@ -144,6 +157,9 @@ func New(cfg Config) (*Server, error) {
 		observe:   cfg.Observe,
 		catalogs:  cfg.Catalogs,
 		ui:        cfg.UI,
+
+		events:      cfg.Events,
+		streamsDone: make(chan struct{}),
 	}
 	if err := checkOpenAPI(); err != nil {
 		return nil, fmt.Errorf("new http api: %w", err)
@@ -184,10 +200,12 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/batches/{id}", s.getBatch)
 		r.Get("/batches/{id}/tasks", s.listTasks)
 		r.Post("/batches/{id}/cancel", s.cancelBatch)
+		r.Get("/batches/{id}/events", s.batchEvents)
 		r.Get("/assets/{id}", s.getAsset)
 		r.Get("/assets/{id}/content", s.getAssetContent)
 		r.Post("/uploads", s.createUpload)
 		r.Post("/publications", s.createPublication)
+		r.Get("/publications", s.listPublications)
 		r.Get("/publications/{id}", s.getPublication)
 		r.Get("/catalog", s.getCatalog)
 	})

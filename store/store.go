@@ -21,6 +21,7 @@ type Store interface {
 	TaskStore
 	UploadStore
 	PublicationStore
+	ChangeStore
 
 	// ListBatches returns the actor's batches newest first, at most
 	// p.Limit, starting after the batch id p.After (exclusive) when set.

@@ -138,6 +138,9 @@ func (m *Main) startHTTP(deps *deps) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
 	}
+	if deps.endStreams != nil {
+		m.server.RegisterOnShutdown(deps.endStreams)
+	}
 	go func() {
 		if err := m.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.Logger.Error("http server stopped", "err", err)

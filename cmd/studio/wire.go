@@ -26,6 +26,8 @@ type deps struct {
 	metrics *metrics.Metrics
 	pubs    *pubDeps
 	handler http.Handler
+	// endStreams ends the event streams when the server shuts down.
+	endStreams func()
 }
 
 // build makes the catalog, the lock engine, the intent service and (for
@@ -84,6 +86,7 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		return nil, err
 	}
 	d.handler = srv.Handler()
+	d.endStreams = srv.EndStreams
 	return d, nil
 }
 

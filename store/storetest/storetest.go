@@ -71,6 +71,9 @@ func Run(t *testing.T, h Harness) {
 		{"ItemExpiredOutOfAttempts", testItemExpiredOutOfAttempts},
 		{"ItemRelease", testItemRelease},
 		{"RacingItemClaimsNeverShareAnItem", testRacingItemClaims},
+		{"BatchChanges", testBatchChanges},
+		{"BatchChangesUnderChurn", testChangesUnderChurn},
+		{"ListPublications", testListPublications},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

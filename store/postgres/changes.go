@@ -1,0 +1,101 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"studio/intent"
+	"studio/store"
+)
+
+// BatchChanges reads a batch and its tasks changed after p.Since, in one
+// REPEATABLE READ snapshot. A position p means "every transaction with an
+// id below p has ended": it is the snapshot's xmin (migration 0006). A
+// task stamped by transaction x is at position x+1, so the changes in
+// (Since, Position] are the tasks with Since <= changed_xid < Position.
+// A change whose transaction id is at or above the xmin may be committed
+// already (then Pending is set) but is handed out only by a later read,
+// once every transaction below it has ended: transaction ids are not in
+// commit order, and handing it out now could let a reader step over a
+// smaller id that commits later.
+func (s *Store) BatchChanges(ctx context.Context, p store.ChangesParams) (store.Changes, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return store.Changes{}, fmt.Errorf("batch changes: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	var out store.Changes
+	// The first statement takes the transaction's snapshot.
+	if err := tx.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&out.Position); err != nil {
+		return store.Changes{}, fmt.Errorf("batch changes: %w", err)
+	}
+	horizon := out.Position
+	if out.Batch, err = getBatch(ctx, tx, p.Actor, p.BatchID); err != nil {
+		return store.Changes{}, err
+	}
+	if p.Since >= 0 {
+		if p.Until > p.Since && p.Until < out.Position {
+			out.Position = p.Until
+		}
+		// Position 0 stamps a task never changed: never a change.
+		rows, err := tx.Query(ctx, `SELECT `+taskColumns+` FROM tasks
+			WHERE batch_id = $1 AND changed_xid >= $2::bigint::text::xid8 AND changed_xid < $3::bigint::text::xid8
+			ORDER BY id`, p.BatchID, max(p.Since, 1), out.Position)
+		if err != nil {
+			return store.Changes{}, fmt.Errorf("batch changes: %w", err)
+		}
+		for rows.Next() {
+			t, err := scanTask(rows)
+			if err != nil {
+				rows.Close()
+				return store.Changes{}, fmt.Errorf("batch changes: %w", err)
+			}
+			out.Tasks = append(out.Tasks, t)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return store.Changes{}, fmt.Errorf("batch changes: %w", err)
+		}
+	}
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE batch_id = $1 AND changed_xid >= $2::bigint::text::xid8)`,
+		p.BatchID, horizon).Scan(&out.Pending); err != nil {
+		return store.Changes{}, fmt.Errorf("batch changes: %w", err)
+	}
+	return out, nil
+}
+
+// ListPublications pages the actor's publications, newest first.
+func (s *Store) ListPublications(ctx context.Context, p store.ListParams) ([]intent.Publication, error) {
+	q := `SELECT ` + publicationColumns + ` FROM publications WHERE actor = $1`
+	args := []any{p.Actor}
+	if p.After != "" {
+		args = append(args, p.After)
+		q += fmt.Sprintf(` AND id < $%d`, len(args))
+	}
+	args = append(args, p.Limit)
+	q += fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args))
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list publications: %w", err)
+	}
+	defer rows.Close()
+	var out []intent.Publication
+	for rows.Next() {
+		var pub intent.Publication
+		var started bool
+		if err := rows.Scan(&pub.ID, &pub.Actor, &pub.RequestID, &pub.BatchID, &pub.Channel, &pub.ItemCount,
+			&pub.Counts.Queued, &pub.Counts.Running, &pub.Counts.Succeeded, &pub.Counts.Failed, &started,
+			&pub.CreatedAt, &pub.UpdatedAt); err != nil {
+			return nil, fmt.Errorf("list publications: %w", err)
+		}
+		pub.State = pub.Counts.State(started)
+		pub.CreatedAt, pub.UpdatedAt = pub.CreatedAt.UTC(), pub.UpdatedAt.UTC()
+		out = append(out, pub)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list publications: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,85 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"studio/intent"
+	"studio/store"
+)
+
+// BatchChanges reads a batch and its tasks changed after p.Since, in one
+// read transaction. A position is a value of task_change_clock (migration
+// 0006): SQLite has one writer, so the counter, bumped inside each write
+// transaction, is in commit order, and everything at or below the value a
+// reader sees has committed.
+func (s *Store) BatchChanges(ctx context.Context, p store.ChangesParams) (store.Changes, error) {
+	tx, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return store.Changes{}, fmt.Errorf("batch changes: %w", err)
+	}
+	defer tx.Rollback()
+	b, err := getBatch(ctx, tx, p.Actor, p.BatchID)
+	if err != nil {
+		return store.Changes{}, err
+	}
+	out := store.Changes{Batch: b}
+	if err := tx.QueryRowContext(ctx, `SELECT n FROM task_change_clock`).Scan(&out.Position); err != nil {
+		return store.Changes{}, fmt.Errorf("batch changes: %w", err)
+	}
+	if p.Since < 0 {
+		return out, nil
+	}
+	if p.Until > p.Since && p.Until < out.Position {
+		out.Position = p.Until
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT `+taskColumns+` FROM tasks
+		WHERE batch_id = ? AND change_seq > ? AND change_seq <= ? ORDER BY id`, p.BatchID, p.Since, out.Position)
+	if err != nil {
+		return store.Changes{}, fmt.Errorf("batch changes: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return store.Changes{}, fmt.Errorf("batch changes: %w", err)
+		}
+		out.Tasks = append(out.Tasks, t)
+	}
+	if err := rows.Err(); err != nil {
+		return store.Changes{}, fmt.Errorf("batch changes: %w", err)
+	}
+	return out, nil
+}
+
+// ListPublications pages the actor's publications, newest first.
+func (s *Store) ListPublications(ctx context.Context, p store.ListParams) ([]intent.Publication, error) {
+	q := `SELECT ` + publicationColumns + ` FROM publications WHERE actor = ?`
+	args := []any{p.Actor}
+	if p.After != "" {
+		q += ` AND id < ?`
+		args = append(args, p.After)
+	}
+	q += ` ORDER BY id DESC LIMIT ?`
+	args = append(args, p.Limit)
+	rows, err := s.read.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list publications: %w", err)
+	}
+	defer rows.Close()
+	var out []intent.Publication
+	for rows.Next() {
+		var pub intent.Publication
+		var started bool
+		var created, updated int64
+		if err := rows.Scan(&pub.ID, &pub.Actor, &pub.RequestID, &pub.BatchID, &pub.Channel, &pub.ItemCount,
+			&pub.Counts.Queued, &pub.Counts.Running, &pub.Counts.Succeeded, &pub.Counts.Failed, &started, &created, &updated); err != nil {
+			return nil, fmt.Errorf("list publications: %w", err)
+		}
+		pub.State = pub.Counts.State(started)
+		pub.CreatedAt, pub.UpdatedAt = fromMS(created), fromMS(updated)
+		out = append(out, pub)
+	}
+	return out, rows.Err()
+}

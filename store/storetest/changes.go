@@ -1,0 +1,264 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"studio/intent"
+	"studio/store"
+)
+
+// changes reads a batch's changes, failing the test on an error.
+func changes(t *testing.T, s store.Store, actor, batchID string, since, until int64) store.Changes {
+	t.Helper()
+	c, err := s.BatchChanges(ctx(t), store.ChangesParams{Actor: actor, BatchID: batchID, Since: since, Until: until})
+	if err != nil {
+		t.Fatalf("BatchChanges: %v", err)
+	}
+	return c
+}
+
+// changedIDs are the ids of the tasks of c, with their states.
+func changedIDs(c store.Changes) map[string]string {
+	m := map[string]string{}
+	for _, tk := range c.Tasks {
+		m[tk.ID] = tk.State
+	}
+	return m
+}
+
+func testBatchChanges(t *testing.T, h Harness) {
+	s := h.New(t)
+	in := Intent(t, "alice", "req", "fp", 4)
+	mustCreate(t, s, in)
+	id := in.Batch.ID
+
+	start := changes(t, s, "alice", id, -1, 0)
+	if len(start.Tasks) != 0 || start.Batch.ID != id || start.Batch.Counts.Queued != 4 {
+		t.Fatalf("first read: %d tasks, batch %+v", len(start.Tasks), start.Batch)
+	}
+	if c := changes(t, s, "alice", id, start.Position, 0); len(c.Tasks) != 0 || c.Pending {
+		t.Fatalf("nothing changed, read %d tasks (pending %v)", len(c.Tasks), c.Pending)
+	}
+	_, err := s.BatchChanges(ctx(t), store.ChangesParams{Actor: "bob", BatchID: id, Since: -1})
+	wantCode(t, err, intent.ENotFound)
+
+	cs := claim(t, s, "w1", 2, longTTL)
+	if len(cs) != 2 {
+		t.Fatalf("claimed %d, want 2", len(cs))
+	}
+	afterClaim := changes(t, s, "alice", id, start.Position, 0)
+	got := changedIDs(afterClaim)
+	if len(got) != 2 || got[cs[0].TaskID] != intent.StateRunning || got[cs[1].TaskID] != intent.StateRunning {
+		t.Fatalf("after the claim read %v, want the 2 claimed tasks running", got)
+	}
+	for _, tk := range afterClaim.Tasks {
+		if tk.Attempts != 1 {
+			t.Fatalf("task %s attempts %d, want 1", tk.ID, tk.Attempts)
+		}
+	}
+	if afterClaim.Batch.Counts.Running != 2 || afterClaim.Position <= start.Position {
+		t.Fatalf("after the claim: counts %+v, position %d after %d", afterClaim.Batch.Counts, afterClaim.Position, start.Position)
+	}
+	p1 := afterClaim.Position
+
+	// A step is not a change of anything an event shows.
+	if err := saveStep(t, s, cs[0].Lease, "render", "ref"); err != nil {
+		t.Fatal(err)
+	}
+	if c := changes(t, s, "alice", id, p1, 0); len(c.Tasks) != 0 {
+		t.Fatalf("a saved step read as %d changes", len(c.Tasks))
+	}
+
+	if r := complete(t, s, cs[0]); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	st, err := s.FailTask(ctx(t), store.Failure{Lease: cs[1].Lease, Error: "boom", Permanent: true})
+	if err != nil || st != intent.StateFailed {
+		t.Fatalf("FailTask = %q, %v", st, err)
+	}
+	afterEnd := changes(t, s, "alice", id, p1, 0)
+	got = changedIDs(afterEnd)
+	if len(got) != 2 || got[cs[0].TaskID] != intent.StateSucceeded || got[cs[1].TaskID] != intent.StateFailed {
+		t.Fatalf("after complete and fail read %v", got)
+	}
+	for _, tk := range afterEnd.Tasks {
+		switch tk.ID {
+		case cs[0].TaskID:
+			if tk.AssetID == nil {
+				t.Fatalf("succeeded task read without its asset")
+			}
+		case cs[1].TaskID:
+			if tk.Error == nil || *tk.Error != "boom" {
+				t.Fatalf("failed task read with error %v", tk.Error)
+			}
+		}
+	}
+	p2 := afterEnd.Position
+
+	// The range (start, p1] read again holds only what has not changed
+	// since: both claimed tasks moved on, so nothing.
+	if c := changes(t, s, "alice", id, start.Position, p1); len(c.Tasks) != 0 || c.Position != p1 {
+		t.Fatalf("range read again: %d tasks, position %d (want 0 and %d)", len(c.Tasks), c.Position, p1)
+	}
+
+	if _, err := s.CancelBatch(ctx(t), "alice", id); err != nil {
+		t.Fatal(err)
+	}
+	final := changes(t, s, "alice", id, p2, 0)
+	got = changedIDs(final)
+	if len(got) != 2 || final.Batch.State != intent.StateFailed && final.Batch.State != intent.StateCanceled {
+		t.Fatalf("after cancel read %v, batch %s", got, final.Batch.State)
+	}
+	for tid, st := range got {
+		if st != intent.StateCanceled {
+			t.Fatalf("task %s read %s after the cancel", tid, st)
+		}
+	}
+	if final.Pending {
+		t.Fatalf("nothing is being written, yet changes are pending")
+	}
+	// From the start, every task once, as it stands.
+	all := changes(t, s, "alice", id, start.Position, 0)
+	if len(all.Tasks) != 4 {
+		t.Fatalf("from the start read %d tasks, want 4", len(all.Tasks))
+	}
+	for i := 1; i < len(all.Tasks); i++ {
+		if all.Tasks[i-1].ID >= all.Tasks[i].ID {
+			t.Fatalf("tasks not in id order")
+		}
+	}
+	if c := changes(t, s, "alice", id, final.Position, 0); len(c.Tasks) != 0 {
+		t.Fatalf("after the last position read %d tasks", len(c.Tasks))
+	}
+}
+
+// testChangesUnderChurn reads a batch's changes from another store (as
+// another process would) while workers move its tasks concurrently: every
+// change is read exactly once. Each task's (state, attempts) only moves
+// forward, so a read of a version already read is a repeat, and the last
+// versions read must be the tasks' final ones.
+func testChangesUnderChurn(t *testing.T, h Harness) {
+	s := h.New(t)
+	reader := s
+	if h.Twin != nil {
+		reader = h.Twin(t, s)
+	}
+	const n = 40
+	in := Intent(t, "alice", "churn", "fp", n)
+	mustCreate(t, s, in)
+	id := in.Batch.ID
+	pos := changes(t, reader, "alice", id, -1, 0).Position
+
+	seen := map[string][]string{} // task -> versions read, in order
+	read := func() store.Changes {
+		c := changes(t, reader, "alice", id, pos, 0)
+		for _, tk := range c.Tasks {
+			v := fmt.Sprintf("%s/%d", tk.State, tk.Attempts)
+			vs := seen[tk.ID]
+			if len(vs) > 0 && vs[len(vs)-1] == v {
+				t.Errorf("task %s read twice as %s", tk.ID, v)
+			}
+			seen[tk.ID] = append(vs, v)
+		}
+		if c.Position < pos {
+			t.Errorf("position went back from %d to %d", pos, c.Position)
+		}
+		pos = c.Position
+		return c
+	}
+
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			owner := fmt.Sprintf("w%d", w)
+			for {
+				cs, err := s.ClaimTasks(ctx(t), store.ClaimParams{Owner: owner, Limit: 2, TTL: longTTL})
+				if err != nil {
+					t.Errorf("ClaimTasks: %v", err)
+					return
+				}
+				if len(cs) == 0 {
+					return
+				}
+				for i, c := range cs {
+					if (i+w)%3 == 0 {
+						// Back to the queue once: a second attempt follows.
+						if c.Attempt == 1 {
+							if _, err := s.ReleaseTasks(ctx(t), []store.Lease{c.Lease}); err != nil {
+								t.Errorf("ReleaseTasks: %v", err)
+							}
+							continue
+						}
+					}
+					if _, err := s.CompleteTasks(ctx(t), []store.Completion{{Lease: c.Lease, Asset: asset(t, shaA)}}); err != nil {
+						t.Errorf("CompleteTasks: %v", err)
+					}
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+			read()
+		}
+	}
+	for {
+		c := read()
+		if !c.Pending {
+			break
+		}
+	}
+	final := allTasks(t, s, "alice", id)
+	for _, tk := range final {
+		vs := seen[tk.ID]
+		want := fmt.Sprintf("%s/%d", tk.State, tk.Attempts)
+		if len(vs) == 0 || vs[len(vs)-1] != want {
+			t.Errorf("task %s: read %v, ends %s", tk.ID, vs, want)
+		}
+		if tk.State != intent.StateSucceeded {
+			t.Errorf("task %s ended %s", tk.ID, tk.State)
+		}
+	}
+}
+
+func testListPublications(t *testing.T, h Harness) {
+	s := h.New(t)
+	batch, assets := BatchWithAssets(t, s, "alice", "b1", 2)
+	var ids []string
+	for i := 0; i < 3; i++ {
+		rid := fmt.Sprintf("pub-%d", i)
+		in := PublicationIntent(t, "alice", rid, "fp-"+rid, batch, assets, "gallery")
+		mustCreate(t, s, in)
+		ids = append(ids, in.Publication.ID)
+	}
+	page, err := s.ListPublications(ctx(t), store.ListParams{Actor: "alice", Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page) != 2 || page[0].ID != ids[2] || page[1].ID != ids[1] {
+		t.Fatalf("first page %v, want newest first", page)
+	}
+	if page[0].ItemCount != 2 || page[0].Channel != "gallery" || page[0].BatchID != batch || page[0].State != intent.StateQueued {
+		t.Fatalf("publication read as %+v", page[0])
+	}
+	rest, err := s.ListPublications(ctx(t), store.ListParams{Actor: "alice", Limit: 2, After: page[1].ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rest) != 1 || rest[0].ID != ids[0] {
+		t.Fatalf("second page %v", rest)
+	}
+	other, err := s.ListPublications(ctx(t), store.ListParams{Actor: "bob", Limit: 10})
+	if err != nil || len(other) != 0 {
+		t.Fatalf("bob's publications: %v, %v", other, err)
+	}
+}
