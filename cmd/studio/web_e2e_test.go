@@ -96,7 +96,32 @@ type dropProxy struct {
 	posts    []string // request ids of every POST /v1/generations seen
 	dropped  int
 	paths    []string // method + path of every request
+	// cutEvents, when above 0, cuts the next events stream after that many
+	// task events have gone through (then it is 0 again).
+	cutEvents int
+	lastIDs   []string // the Last-Event-ID of every events request
 }
+
+// cutWriter passes an events stream through and cancels it (the proxy
+// then aborts the connection) once `left` task events have been written.
+type cutWriter struct {
+	http.ResponseWriter
+	left   int
+	cancel context.CancelFunc
+}
+
+func (w *cutWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	if w.left -= bytes.Count(b, []byte("event: task")); w.left <= 0 {
+		w.Flush()
+		w.cancel()
+	}
+	return n, err
+}
+
+func (w *cutWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+func (w *cutWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func newDropProxy(t *testing.T, addr string) *dropProxy {
 	u, _ := url.Parse("http://" + addr)
@@ -123,7 +148,18 @@ func (p *dropProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.paths = append(p.paths, r.Method+" "+r.URL.Path)
 	isPost := r.Method == http.MethodPost && r.URL.Path == "/v1/generations"
 	drop := isPost && p.dropping
+	cut := 0
+	if strings.HasSuffix(r.URL.Path, "/events") {
+		p.lastIDs = append(p.lastIDs, r.Header.Get("Last-Event-ID"))
+		cut, p.cutEvents = p.cutEvents, 0
+	}
 	p.mu.Unlock()
+	if cut > 0 {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		p.rp.ServeHTTP(&cutWriter{ResponseWriter: w, left: cut, cancel: cancel}, r.WithContext(ctx))
+		return
+	}
 	if !isPost {
 		p.rp.ServeHTTP(w, r)
 		return
@@ -352,6 +388,9 @@ func TestWebStudio(t *testing.T) {
 	}
 	p.screenshot("review-lost")
 	proxy.setDropping(false)
+	proxy.mu.Lock()
+	proxy.cutEvents = 2 // the batch page's first stream breaks after two task events
+	proxy.mu.Unlock()
 	p.do(click(`#submit`), visible(`#grid .cell`))
 	flash := p.text(`#flash`)
 	posts, _, _ = proxy.seen()
@@ -415,8 +454,15 @@ func TestWebStudio(t *testing.T) {
 		}
 	}
 	_, _, paths = proxy.seen()
-	if !slices.Contains(paths, "GET /v1/batches/"+batchID+"/events") {
-		t.Errorf("the page did not follow the events stream; it asked for %v", paths)
+	if !slices.Contains(paths, "GET /v1/batches/"+batchID+"/events") || p.attr(`#live`, "data-streamed") != "true" {
+		t.Errorf("the page did not follow the events stream (it shows %q); it asked for %v", p.text(`#live`), paths)
+	}
+	// The stream cut after two task events was resumed from the last id.
+	proxy.mu.Lock()
+	lastIDs := slices.Clone(proxy.lastIDs)
+	proxy.mu.Unlock()
+	if len(lastIDs) < 2 || lastIDs[0] != "" || lastIDs[1] == "" {
+		t.Errorf("events requests carried Last-Event-ID %q; want none on the first, the last id seen on the reconnect", lastIDs)
 	}
 
 	// Pick two images and publish them to the gallery.
