@@ -82,20 +82,21 @@ func newBrowser(t *testing.T, width, height int) page {
 	return page{t: t, ctx: bctx}
 }
 
-// dropProxy forwards everything to studio. While dropping is on, it
-// forwards each POST /v1/generations, lets studio answer it in full, and
-// then closes the browser's connection without a byte of the answer: the
-// request was handled, its answer is lost.
+// dropProxy forwards everything to studio. For a POST path set with
+// lose, it forwards the request, lets studio answer it in full, and then
+// loses the answer: "reset" closes the browser's connection without a byte
+// of it, "502" answers 502 Bad Gateway with an HTML page, as a proxy
+// would. The request was handled either way; its answer is lost.
 type dropProxy struct {
 	target *url.URL
 	rp     *httputil.ReverseProxy
 	srv    *httptest.Server
 
-	mu       sync.Mutex
-	dropping bool
-	posts    []string // request ids of every POST /v1/generations seen
-	dropped  int
-	paths    []string // method + path of every request
+	mu      sync.Mutex
+	losing  map[string]string   // POST path -> "reset" | "502"
+	posts   map[string][]string // POST path -> the request id of every POST seen
+	dropped int
+	paths   []string // method + path of every request
 	// cutEvents, when above 0, cuts the next events stream after that many
 	// task events have gone through (then it is 0 again).
 	cutEvents int
@@ -125,29 +126,33 @@ func (w *cutWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func newDropProxy(t *testing.T, addr string) *dropProxy {
 	u, _ := url.Parse("http://" + addr)
-	p := &dropProxy{target: u, rp: httputil.NewSingleHostReverseProxy(u)}
+	p := &dropProxy{target: u, rp: httputil.NewSingleHostReverseProxy(u), losing: map[string]string{}, posts: map[string][]string{}}
 	p.srv = httptest.NewServer(p)
 	t.Cleanup(p.srv.Close)
 	return p
 }
 
-func (p *dropProxy) setDropping(on bool) {
+// lose sets how the answers to POSTs of path are lost ("" forwards them).
+func (p *dropProxy) lose(path, how string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.dropping = on
+	p.losing[path] = how
 }
 
-func (p *dropProxy) seen() (posts []string, dropped int, paths []string) {
+func (p *dropProxy) seen(path string) (posts []string, dropped int, paths []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]string(nil), p.posts...), p.dropped, append([]string(nil), p.paths...)
+	return slices.Clone(p.posts[path]), p.dropped, slices.Clone(p.paths)
 }
 
 func (p *dropProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.paths = append(p.paths, r.Method+" "+r.URL.Path)
-	isPost := r.Method == http.MethodPost && r.URL.Path == "/v1/generations"
-	drop := isPost && p.dropping
+	isPost := r.Method == http.MethodPost
+	how := ""
+	if isPost {
+		how = p.losing[r.URL.Path]
+	}
 	cut := 0
 	if strings.HasSuffix(r.URL.Path, "/events") {
 		p.lastIDs = append(p.lastIDs, r.Header.Get("Last-Event-ID"))
@@ -174,10 +179,10 @@ func (p *dropProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.Unmarshal(body, &req)
 	p.mu.Lock()
-	p.posts = append(p.posts, req.RequestID)
+	p.posts[r.URL.Path] = append(p.posts[r.URL.Path], req.RequestID)
 	p.mu.Unlock()
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	if !drop {
+	if how == "" {
 		p.rp.ServeHTTP(w, r)
 		return
 	}
@@ -186,6 +191,12 @@ func (p *dropProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.dropped++
 	p.mu.Unlock()
+	if how == "502" {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write([]byte("<html><body><h1>502 Bad Gateway</h1></body></html>"))
+		return
+	}
 	conn, _, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		panic(http.ErrAbortHandler)
@@ -336,7 +347,7 @@ func TestWebStudio(t *testing.T) {
 	if strings.Contains(hash, "token") || stored != token || strings.Contains(local, token) {
 		t.Fatalf("after the link: hash %q, sessionStorage %q, localStorage %q", hash, stored, local)
 	}
-	_, _, paths := proxy.seen()
+	_, _, paths := proxy.seen("")
 	for _, path := range paths {
 		if strings.Contains(path, token) {
 			t.Fatalf("the token reached the server in a request line: %s", path)
@@ -374,9 +385,9 @@ func TestWebStudio(t *testing.T) {
 
 	// Submit with the keyboard (Submit has the focus); the proxy drops the
 	// answer after studio made the batch.
-	proxy.setDropping(true)
+	proxy.lose("/v1/generations", "reset")
 	p.do(chromedp.KeyEvent("\r"), visible(`#lost`))
-	posts, dropped, _ := proxy.seen()
+	posts, dropped, _ := proxy.seen("/v1/generations")
 	if dropped < 1 || len(posts) < 1 {
 		t.Fatalf("the proxy dropped %d answers of %d posts", dropped, len(posts))
 	}
@@ -387,13 +398,24 @@ func TestWebStudio(t *testing.T) {
 		t.Fatalf("the button says %q after a lost answer", again)
 	}
 	p.screenshot("review-lost")
-	proxy.setDropping(false)
+	// Submit again, and a proxy answers 502 this time: still lost, still
+	// one batch.
+	proxy.lose("/v1/generations", "502")
+	p.do(click(`#submit`))
+	p.waitJS("a 502 to be shown as a lost answer", `!!document.querySelector('#lost')?.innerText.includes('502') && !document.querySelector('#submit').disabled`)
+	if b := listBatches(t, c); len(b) != 1 {
+		t.Fatalf("after two lost answers studio has %d batches", len(b))
+	}
+	proxy.lose("/v1/generations", "")
 	proxy.mu.Lock()
 	proxy.cutEvents = 2 // the batch page's first stream breaks after two task events
 	proxy.mu.Unlock()
 	p.do(click(`#submit`), visible(`#grid .cell`))
 	flash := p.text(`#flash`)
-	posts, _, _ = proxy.seen()
+	posts, _, _ = proxy.seen("/v1/generations")
+	if len(posts) < 3 {
+		t.Fatalf("the proxy saw %d POSTs; want the reset one, the 502 one and the last", len(posts))
+	}
 	for _, got := range posts {
 		if got != id {
 			t.Fatalf("the posts carried ids %v; every one should be %s", posts, id)
@@ -453,7 +475,7 @@ func TestWebStudio(t *testing.T) {
 			t.Errorf("cell %d moved or changed size as images arrived: %+v -> %+v", i, before[i], after[i])
 		}
 	}
-	_, _, paths = proxy.seen()
+	_, _, paths = proxy.seen("")
 	if !slices.Contains(paths, "GET /v1/batches/"+batchID+"/events") || p.attr(`#live`, "data-streamed") != "true" {
 		t.Errorf("the page did not follow the events stream (it shows %q); it asked for %v", p.text(`#live`), paths)
 	}
@@ -470,12 +492,30 @@ func TestWebStudio(t *testing.T) {
 	if picked := p.text(`#picked`); picked != "2 images picked" {
 		t.Fatalf("picked: %q", picked)
 	}
+	// The first answer to the publication is lost; Publish again sends the
+	// same id: one publication.
+	proxy.lose("/v1/publications", "reset")
+	p.do(click(`#publish`))
+	p.waitJS("the lost publication answer to be shown", `document.querySelector('#publish').innerText === 'Publish again' && !document.querySelector('#publish').disabled`)
+	proxy.lose("/v1/publications", "")
 	p.do(click(`#publish`))
 	p.waitJS("the publication to succeed", `!!document.querySelector('#publications li [data-state="succeeded"]')`)
 	p.screenshot("batch")
 	gallery, _ := filepath.Glob(filepath.Join(cfg.Data, "gallery", "*", "*.png"))
 	if len(gallery) != 2 {
-		t.Fatalf("the gallery has %v; want the two picked images", gallery)
+		t.Fatalf("the gallery has %v; want the two picked images, published once", gallery)
+	}
+	pubPosts, _, _ := proxy.seen("/v1/publications")
+	if len(pubPosts) < 2 || pubPosts[0] == "" || slices.ContainsFunc(pubPosts, func(id string) bool { return id != pubPosts[0] }) {
+		t.Fatalf("publication POSTs carried ids %q; want one id, sent again", pubPosts)
+	}
+	var pubs struct {
+		Items []struct {
+			ID string `json:"id"`
+		} `json:"items"`
+	}
+	if resp, err := c.do(context.Background(), "GET", "/v1/publications", nil, &pubs); err != nil || resp.StatusCode != 200 || len(pubs.Items) != 1 {
+		t.Fatalf("publications: %v %v %+v; want exactly one", resp, err, pubs)
 	}
 
 	// The batches list, newest first, with state and counts.
