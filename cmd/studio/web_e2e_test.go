@@ -524,6 +524,9 @@ func TestWebStudio(t *testing.T) {
 	if len(rows) != 1 || !strings.HasPrefix(rows[0], batchID+" ") || !strings.Contains(rows[0], "succeeded 8 / 8 8 0 0") {
 		t.Fatalf("batches list: %q", rows)
 	}
+	if eval[bool](p, `document.querySelector('#more').offsetParent !== null`) {
+		t.Error("the batches list offers more on its last page")
+	}
 	p.screenshot("batches")
 }
 
@@ -539,9 +542,13 @@ func TestWebStudioRefusals(t *testing.T) {
 	token := readToken(t, cfg.Data)
 	c := newClient(t, m.Addr(), token)
 
-	// Sign in by pasting the token (a wrong one first).
+	// Sign in by pasting the token (a wrong one first); no navigation
+	// shows before.
+	p.do(chromedp.Navigate("http://"+m.Addr()+"/"), visible(`#token`))
+	if eval[bool](p, `document.querySelector('#nav').offsetParent !== null`) {
+		t.Error("the navigation shows before sign-in")
+	}
 	p.do(
-		chromedp.Navigate("http://"+m.Addr()+"/"),
 		visible(`#token`),
 		chromedp.SendKeys(chromedp.CSS(`#token`), "stu_not-a-token\r"),
 		visible(`#signin [role="alert"]`),
