@@ -100,9 +100,19 @@ export async function batchView(main, id, cat, signal) {
     return btn;
   }
 
+  // older says whether task version a is older than b: by updated_at (as
+  // times: the text's fraction digits vary), then, within one instant, an
+  // ended state beats a running one beats a queued one.
+  const rank = {queued: 0, running: 1, succeeded: 2, failed: 2, canceled: 2};
+  function older(a, b) {
+    const ta = Date.parse(a.updated_at);
+    const tb = Date.parse(b.updated_at);
+    return ta < tb || (ta === tb && rank[a.state] < rank[b.state]);
+  }
+
   function apply(t) {
     const old = tasks.get(t.id);
-    if (old && old.updated_at > t.updated_at) return;
+    if (old && older(t, old)) return;
     tasks.set(t.id, t);
     const c = cells.get(t.id);
     if (!c) return; // not in the grid yet; the next full read places it
