@@ -556,10 +556,22 @@ func TestWebStudioRefusals(t *testing.T) {
 		click(`#signin button[type="submit"]`),
 		visible(`#compose`),
 		setField(`#prompt`, "a robot"),
-		setField(`#set-0-frames`, "a"),
+		setField(`#set-0-frames`, "a, a"),
+		click(`#add-set`),
+		setField(`#set-1-collection`, "run"),
+		setField(`#set-1-frames`, "x, y"),
 		click(`#review`),
-		visible(`#request-id`),
+		visible(`#compose [data-field]`),
 	)
+	// The page refuses what it can see itself (a repeated frame) and stays.
+	if field := p.attr(`#compose [data-field]`, "data-field"); field != "sets[0].frames[1]" || eval[string](p, `location.hash`) != "#/compose" {
+		t.Fatalf("a repeated frame: field %q, page %s", field, eval[string](p, `location.hash`))
+	}
+	p.do(setField(`#set-0-frames`, "a"))
+	if tasks := p.attr(`#task-count`, "data-tasks"); tasks != "6" { // (1 + 2 frames) x 2 generators x 1 candidate
+		t.Fatalf("two sets count %s tasks; want 6", tasks)
+	}
+	p.do(click(`#review`), visible(`#request-id`))
 	id := p.text(`#request-id`)
 	// Someone else binds that id to other input first.
 	body := map[string]any{"request_id": id, "prompt": "something else", "sets": []map[string]any{{"collection": "c", "frames": []string{"x"}}}}

@@ -133,7 +133,11 @@ export async function composeView(main, cat) {
     replace(count, countLine(b.count));
   }
 
+  const addSet = h('button', {type: 'button', id: 'add-set',
+    onclick: () => { draft.sets.push({collection: '', frames: ''}); renderSets(); changed(); document.getElementById(`set-${draft.sets.length - 1}-collection`)?.focus(); }}, 'Add a set');
+
   function renderSets() {
+    addSet.disabled = draft.sets.length >= 20;
     replace(setsBox, draft.sets.map((s, i) => h('div', {class: 'set', 'data-set': String(i)},
       h('div', {}, h('label', {for: `set-${i}-collection`}, `Set ${i + 1}: collection`),
         h('input', {type: 'text', id: `set-${i}-collection`, value: s.collection, maxlength: '100',
@@ -173,8 +177,7 @@ export async function composeView(main, cat) {
       oninput: (e) => { draft.prompt = e.target.value; changed(); }}, draft.prompt)),
   h('fieldset', {class: 'panel'}, h('legend', {}, 'Sets and frames'),
     setsBox,
-    h('button', {type: 'button', id: 'add-set', disabled: draft.sets.length >= 20,
-      onclick: () => { draft.sets.push({collection: '', frames: ''}); renderSets(); changed(); document.getElementById(`set-${draft.sets.length - 1}-collection`)?.focus(); }}, 'Add a set')),
+    addSet),
   h('fieldset', {class: 'panel'}, h('legend', {}, 'Providers ', h('span', {class: 'hint'}, '(none checked = auto)')),
     h('div', {class: 'checks'},
       routeNames.map((r) => check(draft.providers, r, `provider-${r}`, [r, h('span', {class: 'hint'}, ` (route: ${cat.routes[r].join(', ')})`)])),
