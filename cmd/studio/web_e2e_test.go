@@ -605,6 +605,20 @@ func TestWebStudioRefusals(t *testing.T) {
 	if b := listBatches(t, c); len(b) != 1 {
 		t.Fatalf("studio has %d batches; want only the one bound by the other input", len(b))
 	}
+
+	// A link with another token does not silently replace this tab's.
+	other, err := createToken(context.Background(), m.store, "mallory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.do(chromedp.Navigate("http://"+m.Addr()+"/#token="+other), visible(`#link-confirm`), click(`#link-keep`), visible(`#compose`))
+	if got := eval[string](p, `sessionStorage.getItem('studio.token')`); got != token {
+		t.Fatalf("after keeping, the tab holds %q", got)
+	}
+	p.do(chromedp.Navigate("http://"+m.Addr()+"/#token="+other), visible(`#link-use`), click(`#link-use`), visible(`#compose`))
+	if got := eval[string](p, `sessionStorage.getItem('studio.token')`); got != other {
+		t.Fatalf("after choosing the link's token, the tab holds %q", got)
+	}
 }
 
 // TestWebSSEParser feeds one stream to the page's events parser cut into

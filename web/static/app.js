@@ -125,8 +125,35 @@ export function go(hash) {
   else location.hash = hash;
 }
 
+// confirmLinkView asks before a link replaces the token this tab already
+// signed in with: a link from someone else could otherwise sign the tab in
+// as their actor, and what you compose would go to them.
+function confirmLinkView(linked) {
+  nav.hidden = true;
+  replace(main,
+    h('h1', {}, 'Switch token?'),
+    h('div', {class: 'notice warn', role: 'alert', id: 'link-confirm'},
+      h('p', {}, 'This tab is signed in, and a link asks to sign it in with another token. Use the link\'s token only if the link is yours.')),
+    h('div', {class: 'actions'},
+      h('button', {type: 'button', id: 'link-keep', class: 'primary', onclick: () => route()}, 'Keep the current token'),
+      h('button', {type: 'button', id: 'link-use', onclick: async () => {
+        try {
+          await signIn(linked);
+          route();
+        } catch (err) {
+          signInView(err instanceof ApiError && err.status === 401 ? 'The link holds a token studio does not accept.' : `Could not sign in with the link: ${err.message}`);
+        }
+      }}, 'Use the link\'s token')));
+  document.getElementById('link-keep').focus();
+}
+
 async function start() {
   const linked = takeLinkToken();
+  if (linked && token() && token() !== linked) {
+    if (current) current.abort();
+    confirmLinkView(linked);
+    return;
+  }
   if (linked) {
     try {
       await signIn(linked);
