@@ -500,6 +500,9 @@ func TestWebStudio(t *testing.T) {
 	proxy.lose("/v1/publications", "")
 	p.do(click(`#publish`))
 	p.waitJS("the publication to succeed", `!!document.querySelector('#publications li [data-state="succeeded"]')`)
+	if b := p.text(`#publish`); b != "Publish 2 to gallery" {
+		t.Errorf("after publishing the button says %q", b)
+	}
 	p.screenshot("batch")
 	gallery, _ := filepath.Glob(filepath.Join(cfg.Data, "gallery", "*", "*.png"))
 	if len(gallery) != 2 {

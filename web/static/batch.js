@@ -225,6 +225,7 @@ export async function batchView(main, id, cat, signal) {
       const res = await api('/v1/publications', {method: 'POST', body: pend.text, timeoutMs: 30000, signal});
       sessionStorage.removeItem(pubKey);
       replace(pubOut);
+      pickLine();
       watchPublication(res.data);
     } catch (err) {
       if (signal.aborted) return;
@@ -236,8 +237,9 @@ export async function batchView(main, id, cat, signal) {
       } else if (err instanceof ApiError) {
         sessionStorage.removeItem(pubKey);
         replace(pubOut, problemView(err, 'studio refused the publication.'));
+        pickLine();
       }
-      publish.disabled = false;
+      publish.disabled = selected.size === 0;
     }
   });
 
