@@ -354,6 +354,16 @@ func TestWebStudio(t *testing.T) {
 		}
 	}
 
+	// Every control of the form is reachable with Tab, in order, up to
+	// Review.
+	p.do(chromedp.Focus(chromedp.CSS(`#prompt`)))
+	for i := 0; eval[string](p, `document.activeElement.id`) != "review"; i++ {
+		if i == 30 {
+			t.Fatalf("30 presses of Tab from the prompt never reached Review")
+		}
+		p.do(chromedp.KeyEvent("\t"))
+	}
+
 	// Compose: type the prompt, set frames, candidates, a subject, a seed
 	// and params; the page counts the tasks against the limit.
 	p.do(
@@ -487,8 +497,16 @@ func TestWebStudio(t *testing.T) {
 		t.Errorf("events requests carried Last-Event-ID %q; want none on the first, the last id seen on the reconnect", lastIDs)
 	}
 
-	// Pick two images and publish them to the gallery.
-	p.do(click(`#grid .cells .cell:nth-child(1)`), click(`#grid .cells .cell:nth-child(2)`))
+	// Pick two images, the first with the keyboard only (Tab from the
+	// channel list reaches the first thumbnail; Space picks it), and publish
+	// them to the gallery.
+	p.do(chromedp.Focus(chromedp.CSS(`#channel`)), chromedp.KeyEvent("\t"))
+	if !eval[bool](p, `document.activeElement === document.querySelector('#grid .cells .cell:nth-child(1)')`) {
+		t.Fatalf("Tab from the channel list reached %s, not the first thumbnail", eval[string](p, `document.activeElement.outerHTML.slice(0, 120)`))
+	}
+	p.do(chromedp.KeyEvent(" "))
+	p.waitJS("Space to pick the thumbnail", `document.activeElement.getAttribute('aria-pressed') === 'true'`)
+	p.do(click(`#grid .cells .cell:nth-child(2)`))
 	if picked := p.text(`#picked`); picked != "2 images picked" {
 		t.Fatalf("picked: %q", picked)
 	}
