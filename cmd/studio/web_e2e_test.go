@@ -95,6 +95,7 @@ type dropProxy struct {
 	mu      sync.Mutex
 	losing  map[string]string   // POST path -> "reset" | "502"
 	posts   map[string][]string // POST path -> the request id of every POST seen
+	bodies  map[string][]string // POST path -> every POST body, byte for byte
 	dropped int
 	paths   []string // method + path of every request
 	// cutEvents, when above 0, cuts the next events stream after that many
@@ -126,7 +127,7 @@ func (w *cutWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func newDropProxy(t *testing.T, addr string) *dropProxy {
 	u, _ := url.Parse("http://" + addr)
-	p := &dropProxy{target: u, rp: httputil.NewSingleHostReverseProxy(u), losing: map[string]string{}, posts: map[string][]string{}}
+	p := &dropProxy{target: u, rp: httputil.NewSingleHostReverseProxy(u), losing: map[string]string{}, posts: map[string][]string{}, bodies: map[string][]string{}}
 	p.srv = httptest.NewServer(p)
 	t.Cleanup(p.srv.Close)
 	return p
@@ -180,6 +181,7 @@ func (p *dropProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(body, &req)
 	p.mu.Lock()
 	p.posts[r.URL.Path] = append(p.posts[r.URL.Path], req.RequestID)
+	p.bodies[r.URL.Path] = append(p.bodies[r.URL.Path], string(body))
 	p.mu.Unlock()
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	if how == "" {
@@ -417,6 +419,12 @@ func TestWebStudio(t *testing.T) {
 		t.Fatalf("after two lost answers studio has %d batches", len(b))
 	}
 	proxy.lose("/v1/generations", "")
+	// Back to compose and review again, unchanged: the same id (a new one
+	// could make a second batch).
+	p.do(click(`#edit`), visible(`#compose`), click(`#review`), visible(`#request-id`))
+	if again := p.text(`#request-id`); again != id || p.text(`#submit`) != "Submit again" {
+		t.Fatalf("reviewing the unchanged request again gave id %s (was %s), button %q", again, id, p.text(`#submit`))
+	}
 	proxy.mu.Lock()
 	proxy.cutEvents = 2 // the batch page's first stream breaks after two task events
 	proxy.mu.Unlock()
@@ -429,6 +437,14 @@ func TestWebStudio(t *testing.T) {
 	for _, got := range posts {
 		if got != id {
 			t.Fatalf("the posts carried ids %v; every one should be %s", posts, id)
+		}
+	}
+	proxy.mu.Lock()
+	bodies := slices.Clone(proxy.bodies["/v1/generations"])
+	proxy.mu.Unlock()
+	for i, b := range bodies {
+		if b != frozen {
+			t.Fatalf("POST %d sent\n%s\nnot the frozen request\n%s", i+1, b, frozen)
 		}
 	}
 	batches := listBatches(t, c)
