@@ -11,11 +11,21 @@
 // state: a reference carries everything Wait and Fetch need, so any process
 // can resume any task. They render deterministic PNGs: the same job gives
 // byte-identical images on every run and in every process.
+//
+// The remote generators are built from a catalog's Spec: kind openai (the
+// OpenAI Images API and the servers that speak it) and kind comfyui (a
+// ComfyUI server running a workflow in API format, with the task id as its
+// prompt_id, looked up before any submission so that it is queued once).
+// They fail with a *ProviderError, whose class feeds the metrics and whose
+// Retry-After the worker's backoff honours. providertest holds fakes of
+// both providers for tests.
 package generator
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -76,8 +86,80 @@ func Permanent(err error) error {
 }
 
 // IsPermanent reports whether err, or an error it wraps, was marked with
-// Permanent. Every other error, context errors included, is transient.
+// Permanent or is a permanent *ProviderError. Every other error, context
+// errors included, is transient.
 func IsPermanent(err error) bool {
 	var p *permanentError
-	return errors.As(err, &p)
+	if errors.As(err, &p) {
+		return true
+	}
+	var pe *ProviderError
+	return errors.As(err, &pe) && pe.Permanent
+}
+
+// Classes of provider call errors, for metrics and logs: a small fixed set.
+const (
+	ClassNetwork     = "network"      // no answer: connection refused or reset, DNS
+	ClassTimeout     = "timeout"      // no answer within the generator's timeout
+	ClassRateLimited = "rate_limited" // 429
+	ClassUnavailable = "unavailable"  // 5xx
+	ClassRejected    = "rejected"     // the provider refused the job: 400, 404, 422, an invalid workflow, a failed execution
+	ClassAuth        = "auth"         // 401, 403
+	ClassProtocol    = "protocol"     // an answer studio cannot read
+)
+
+// ErrorClasses lists every class, in a fixed order.
+func ErrorClasses() []string {
+	return []string{ClassNetwork, ClassTimeout, ClassRateLimited, ClassUnavailable, ClassRejected, ClassAuth, ClassProtocol}
+}
+
+// ProviderError is a failed call to a remote generator's provider. Its
+// message is safe to store and show: it never holds a secret.
+type ProviderError struct {
+	// Generator is the catalog id of the generator.
+	Generator string
+	// Class is one of the Class* constants.
+	Class string
+	// Status is the HTTP status of the answer, 0 when there was none.
+	Status int
+	// Permanent says that no retry can cure it: the task fails at once.
+	Permanent bool
+	// RetryAfter is how long the provider asked to wait before the next
+	// try (429 and 503 with Retry-After); 0 when it did not say.
+	RetryAfter time.Duration
+	// Message says what happened, with the provider's own message when it
+	// gave one.
+	Message string
+	// Err is the underlying error, if any (a network error).
+	Err error
+}
+
+func (e *ProviderError) Error() string {
+	msg := fmt.Sprintf("generator %q: %s", e.Generator, e.Message)
+	if e.RetryAfter > 0 {
+		msg += fmt.Sprintf(" (retry after %s)", e.RetryAfter)
+	}
+	return msg
+}
+
+func (e *ProviderError) Unwrap() error { return e.Err }
+
+// RetryAfter reports how long the provider behind err asked to wait before
+// the next try, when it said so (a 429 or 503 with Retry-After).
+func RetryAfter(err error) (time.Duration, bool) {
+	var pe *ProviderError
+	if errors.As(err, &pe) && pe.RetryAfter > 0 {
+		return pe.RetryAfter, true
+	}
+	return 0, false
+}
+
+// ErrorClass answers the class of a provider error in err, "" when err
+// holds none.
+func ErrorClass(err error) string {
+	var pe *ProviderError
+	if errors.As(err, &pe) {
+		return pe.Class
+	}
+	return ""
 }

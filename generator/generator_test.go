@@ -387,7 +387,7 @@ func TestParseParams(t *testing.T) {
 
 func mustRegistry(t *testing.T) *Registry {
 	t.Helper()
-	r, err := NewRegistry(Spec{Sketch, KindEmbedded}, Spec{Mosaic, KindEmbedded}, Spec{Noop, KindEmbedded})
+	r, err := NewRegistry(Spec{ID: Sketch, Kind: KindEmbedded}, Spec{ID: Mosaic, Kind: KindEmbedded}, Spec{ID: Noop, Kind: KindEmbedded})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,11 +407,11 @@ func TestRegistry(t *testing.T) {
 		}
 	}
 	bad := map[string][]Spec{
-		"duplicate":          {{Sketch, KindEmbedded}, {Sketch, KindEmbedded}},
-		"unknown kind":       {{Sketch, "remote"}},
-		"unknown embedded":   {{"watercolour", KindEmbedded}},
-		"empty kind":         {{Sketch, ""}},
-		"mixed good and bad": {{Mosaic, KindEmbedded}, {"x", KindEmbedded}},
+		"duplicate":          {{ID: Sketch, Kind: KindEmbedded}, {ID: Sketch, Kind: KindEmbedded}},
+		"unknown kind":       {{ID: Sketch, Kind: "remote"}},
+		"unknown embedded":   {{ID: "watercolour", Kind: KindEmbedded}},
+		"empty kind":         {{ID: Sketch, Kind: ""}},
+		"mixed good and bad": {{ID: Mosaic, Kind: KindEmbedded}, {ID: "x", Kind: KindEmbedded}},
 	}
 	for name, specs := range bad {
 		if _, err := NewRegistry(specs...); err == nil {

@@ -86,11 +86,31 @@ func ParseParams(raw jsontext.Value) (Params, error) {
 }
 
 // ValidateParams checks params for the generators of a kind; it returns what
-// ParseParams returns for embedded ones.
+// ParseParams returns for embedded ones. The remote kinds read width and
+// height only (the same rule); the other members go to prompt_template.
 func ValidateParams(kind string, raw jsontext.Value) error {
 	switch kind {
 	case KindEmbedded:
 		_, err := ParseParams(raw)
+		return err
+	case KindOpenAI, KindComfyUI:
+		members, err := decodeObject(raw)
+		if err != nil {
+			return err
+		}
+		sized := jsontext.Value("{}")
+		if len(members) > 0 {
+			keep := map[string]jsontext.Value{}
+			for _, k := range []string{"width", "height"} {
+				if v, ok := members[k]; ok {
+					keep[k] = v
+				}
+			}
+			if sized, err = json.Marshal(keep); err != nil {
+				return fmt.Errorf("validate params: %w", err)
+			}
+		}
+		_, err = ParseParams(sized)
 		return err
 	default:
 		return fmt.Errorf("validate params: unknown generator kind %q", kind)

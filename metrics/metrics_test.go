@@ -275,3 +275,41 @@ func TestNamesLint(t *testing.T) {
 		}
 	}
 }
+
+func TestGeneratorCalls(t *testing.T) {
+	t.Parallel()
+	m := metrics.New()
+	g, err := m.Generators([]string{"gpt", "comfy"}, []string{"timeout", "rate_limited"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Generators([]string{"gpt"}, nil); err == nil {
+		t.Fatal("registering the generator metrics twice passed")
+	}
+	url := serve(t, m)
+	before := metricstest.Get(t, url)
+	if !before.Has("studio_generator_errors_total") || before.Value("studio_generator_errors_total", "generator", "comfy", "class", "timeout") != 0 {
+		t.Fatal("the error series are not declared at zero")
+	}
+	g.Call("gpt", "generate", "", 2*time.Second)
+	g.Call("gpt", "generate", "rate_limited", 10*time.Millisecond)
+	g.Call("comfy", "history", "", time.Millisecond)
+	after := metricstest.Get(t, url)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"studio_generator_calls_total", []string{"generator", "gpt", "call", "generate"}, 2},
+		{"studio_generator_calls_total", []string{"generator", "comfy", "call", "history"}, 1},
+		{"studio_generator_errors_total", []string{"generator", "gpt", "class", "rate_limited"}, 1},
+		{"studio_generator_errors_total", []string{"generator", "comfy", "class", "rate_limited"}, 0},
+	} {
+		if got := after.Value(c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	if !after.Has("studio_generator_call_duration_seconds") {
+		t.Error("no call duration histogram")
+	}
+}

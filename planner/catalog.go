@@ -5,7 +5,9 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -59,6 +61,7 @@ type Subject struct {
 // safe for concurrent use.
 type Static struct {
 	generators []GeneratorInfo
+	specs      []generator.Spec
 	routes     map[string][]string
 	subjects   map[string]Subject
 	order      []string // subject ids in document order
@@ -87,7 +90,7 @@ func LoadCatalog(path string) (*Static, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load catalog: %w", err)
 	}
-	c, err := ParseCatalog(data)
+	c, err := parseCatalog(data, filepath.Dir(path))
 	if err != nil {
 		return nil, fmt.Errorf("load catalog %s: %w", path, err)
 	}
@@ -98,9 +101,8 @@ func LoadCatalog(path string) (*Static, error) {
 // zero one.
 type catalogDoc struct {
 	Generators []struct {
-		ID             string `json:"id"`
-		Kind           string `json:"kind"`
-		MaxConcurrency *int   `json:"max_concurrency"`
+		generator.Spec `json:",inline"`
+		MaxConcurrency *int `json:"max_concurrency"`
 	} `json:"generators"`
 	Routes   map[string][]string `json:"routes"`
 	Subjects []struct {
@@ -111,10 +113,17 @@ type catalogDoc struct {
 }
 
 // ParseCatalog reads and checks a catalog document. It refuses unknown or
-// duplicate members, an unknown kind or embedded id, duplicate ids, a route
-// naming a generator the catalog lacks, a missing auto route, and subjects
-// that are neither public nor given actors; the error lists every problem.
-func ParseCatalog(data []byte) (*Static, error) {
+// duplicate members, an unknown kind or embedded id, a member its kind
+// does not have, a remote generator studio could not build (see
+// generator.CheckSpec: a bad URL or template, a missing workflow or node,
+// an api_key_env that is not set), duplicate ids, a route naming a
+// generator the catalog lacks, a missing auto route, and subjects that are
+// neither public nor given actors; the error lists every problem. Workflow
+// paths are relative to the working directory (LoadCatalog makes them
+// relative to the file).
+func ParseCatalog(data []byte) (*Static, error) { return parseCatalog(data, ".") }
+
+func parseCatalog(data []byte, dir string) (*Static, error) {
 	var doc catalogDoc
 	if err := json.Unmarshal(data, &doc, json.RejectUnknownMembers(true)); err != nil {
 		return nil, fmt.Errorf("parse catalog: %w", err)
@@ -139,11 +148,15 @@ func ParseCatalog(data []byte) (*Static, error) {
 		case g.Kind == "":
 			bad("%s: kind is required", at)
 		default:
-			if err := generator.CheckSpec(generator.Spec{ID: g.ID, Kind: g.Kind}); err != nil {
+			if g.Workflow != "" && !filepath.IsAbs(g.Workflow) {
+				g.Workflow = filepath.Join(dir, g.Workflow)
+			}
+			if err := generator.CheckSpec(g.Spec); err != nil {
 				bad("%s: %v", at, err)
 			}
 		}
 		ids[g.ID] = true
+		c.specs = append(c.specs, g.Spec)
 		info := GeneratorInfo{ID: g.ID, Kind: g.Kind}
 		if g.MaxConcurrency != nil {
 			if *g.MaxConcurrency < 1 {
@@ -248,9 +261,9 @@ func (c *Static) Subjects() []Subject {
 // Specs lists the generators to build for this catalog (see
 // generator.NewRegistry).
 func (c *Static) Specs() []generator.Spec {
-	out := make([]generator.Spec, len(c.generators))
-	for i, g := range c.generators {
-		out[i] = generator.Spec{ID: g.ID, Kind: g.Kind}
+	out := slices.Clone(c.specs)
+	for i := range out {
+		out[i].Inputs = maps.Clone(out[i].Inputs)
 	}
 	return out
 }

@@ -250,6 +250,10 @@ func (r *run) settle(tr *taskRun, err error) {
 	backoff := Backoff(r.cfg.RetryBase, r.cfg.RetryMax, tr.c.Attempt, rand.Float64())
 	ctx, cancel := context.WithTimeout(r.bg, storeTimeout)
 	defer cancel()
+	if d, ok := generator.RetryAfter(err); ok && !permanent && d > backoff {
+		// The provider said when to come back (429, 503 Retry-After).
+		backoff = d
+	}
 	state, ferr := r.cfg.Store.FailTask(ctx, store.Failure{
 		Lease: tr.c.Lease, Error: msg, Permanent: permanent, MaxAttempts: r.cfg.MaxAttempts, Backoff: backoff,
 	})

@@ -590,3 +590,49 @@ func TestSweepKeepsNamedBlobs(t *testing.T) {
 }
 
 var _ store.TaskStore = (*spy)(nil)
+
+// TestRetryAfterPushesTheRetryBack: a transient provider error with a
+// Retry-After queues the task again no sooner than the provider asked,
+// however short the backoff; a permanent one fails at once.
+func TestRetryAfterPushesTheRetryBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := newProbe(generator.NewNoop())
+	p.setHook(func(ctx context.Context, op, key string, attempt int) error {
+		if op == "submit" {
+			return &generator.ProviderError{Generator: "noop", Class: generator.ClassRateLimited, Status: 429,
+				RetryAfter: time.Hour, Message: "submit: 429 Too Many Requests: slow down"}
+		}
+		return nil
+	})
+	nb := e.batch(spec{frames: 1, providers: []string{"noop"}})
+	before := time.Now()
+	pool := e.pool(worker.Config{Generators: gens{"noop": p}, MaxAttempts: 5})
+	var tk intent.Task
+	pollUntil(t, func() bool {
+		tk = e.tasks("alice", nb.ID)[0]
+		return tk.Attempts == 1 && tk.State == intent.StateQueued && tk.Error != nil
+	})
+	pool.Stop(context.Background())
+	var runAfter int64
+	if err := e.st.DB().QueryRow(`SELECT run_after FROM tasks WHERE id = ?`, tk.ID).Scan(&runAfter); err != nil {
+		t.Fatal(err)
+	}
+	if at := time.UnixMilli(runAfter); at.Before(before.Add(59 * time.Minute)) {
+		t.Fatalf("the retry may run at %v, before the hour the provider asked for (from %v)", at, before)
+	}
+	if !strings.Contains(*tk.Error, "slow down") || !strings.Contains(*tk.Error, "retry after 1h0m0s") {
+		t.Fatalf("task error %q", *tk.Error)
+	}
+}
+
+func pollUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 30s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

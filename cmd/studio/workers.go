@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"studio/generator"
 	"studio/metrics"
 	"studio/worker"
 )
@@ -24,7 +23,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	reg, err := generator.NewRegistry(d.catalog.Specs()...)
+	reg, err := m.generators(d)
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
 	}
