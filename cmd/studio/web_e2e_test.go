@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
 
@@ -269,6 +271,25 @@ func setField(sel, value string) chromedp.Action[chromedp.Void] {
 		_, err := a(ctx, t)
 		return chromedp.Void{}, err
 	}
+}
+
+// offline cuts the tab off the network (or back on), as DevTools'
+// "Offline" does: requests fail and navigator.onLine is false.
+func offline(on bool) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		if _, err := cdp.Call(ctx, t, network.Enable, network.EnableParams{}); err != nil {
+			return err
+		}
+		conds := []*network.Conditions{}
+		if on {
+			conds = append(conds, &network.Conditions{Offline: true, DownloadThroughput: -1, UploadThroughput: -1})
+		}
+		if _, err := cdp.Call(ctx, t, network.EmulateNetworkConditionsByRule, network.EmulateNetworkConditionsByRuleParams{MatchedNetworkConditions: conds}); err != nil {
+			return err
+		}
+		_, err := cdp.Call(ctx, t, network.OverrideNetworkState, network.OverrideNetworkStateParams{Offline: on, DownloadThroughput: -1, UploadThroughput: -1})
+		return err
+	})
 }
 
 // waitJS polls a boolean expression in the page until it holds.
@@ -641,6 +662,22 @@ func TestWebStudioRefusals(t *testing.T) {
 	}
 	if b := listBatches(t, c); len(b) != 1 {
 		t.Fatalf("studio has %d batches; want only the one bound by the other input", len(b))
+	}
+
+	// Offline: the page says so and keeps the id; back online, Submit
+	// again makes the batch (the first try never left the browser: 201).
+	p.do(click(`#edit`), visible(`#params`), setField(`#params`, `{}`), click(`#review`), visible(`#request-id`))
+	id3 := p.text(`#request-id`)
+	p.do(offline(true), click(`#submit`), visible(`#lost`))
+	if lost := p.text(`#lost`); !strings.Contains(lost, "offline") || !strings.Contains(lost, id3) {
+		t.Fatalf("offline shown as %q", lost)
+	}
+	p.do(offline(false), click(`#submit`), visible(`#flash`))
+	if flash := p.text(`#flash`); !strings.Contains(flash, "studio made this batch from request "+id3) {
+		t.Fatalf("after going back online: %q", flash)
+	}
+	if b := listBatches(t, c); len(b) != 2 || b[0].RequestID != id3 {
+		t.Fatalf("studio has %+v; want the page's batch of %s and the other", b, id3)
 	}
 
 	// A link with another token does not silently replace this tab's.
