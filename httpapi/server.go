@@ -109,6 +109,11 @@ type Config struct {
 	// Observe, when set, is called once per request after it was answered
 	// (for metrics). It must be quick and safe for concurrent use.
 	Observe func(RequestRecord)
+	// Catalogs answers GET /v1/catalog; without it the route answers 503.
+	Catalogs Catalogs
+	// UI, when set, serves the web studio at / and /ui/ (no token: the
+	// page signs in from the browser; see package web).
+	UI http.Handler
 	// Events tunes the batch event streams; zero fields take defaults.
 	Events Events
 }
@@ -143,6 +148,8 @@ type Server struct {
 	metrics   http.Handler
 	observe   func(RequestRecord)
 	cursors   cursorSigner
+	catalogs  Catalogs
+	ui        http.Handler
 	router    *chi.Mux
 
 	events      Events
@@ -194,6 +201,8 @@ func New(cfg Config) (*Server, error) {
 		limits:    cfg.Limits,
 		metrics:   cfg.Metrics,
 		observe:   cfg.Observe,
+		catalogs:  cfg.Catalogs,
+		ui:        cfg.UI,
 
 		events:      cfg.Events,
 		streamsDone: make(chan struct{}),
@@ -228,6 +237,10 @@ func (s *Server) routes() *chi.Mux {
 	if s.metrics != nil {
 		r.Method(http.MethodGet, "/metrics", s.metrics)
 	}
+	if s.ui != nil {
+		r.Method(http.MethodGet, "/", s.ui)
+		r.Method(http.MethodGet, "/ui/*", s.ui)
+	}
 
 	// The API: every route, known or not, needs a token first.
 	r.Route("/v1", func(r chi.Router) {
@@ -248,6 +261,7 @@ func (s *Server) routes() *chi.Mux {
 		r.Post("/publications", s.createPublication)
 		r.Get("/publications", s.listPublications)
 		r.Get("/publications/{id}", s.getPublication)
+		r.Get("/catalog", s.getCatalog)
 	})
 	return r
 }

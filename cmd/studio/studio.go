@@ -47,6 +47,9 @@ type Main struct {
 	closers   []func(ctx context.Context) error // run in reverse order on Close
 	closeOnce sync.Once
 	closeErr  error
+	// firstToken is the token this start created, until the web studio's
+	// sign-in link has been printed.
+	firstToken string
 }
 
 // NewMain returns a process for mode with cfg, logging to stderr.
@@ -90,6 +93,7 @@ func (m *Main) Run(ctx context.Context) error {
 		if err := m.startHTTP(deps); err != nil {
 			return err
 		}
+		m.printStudioLink()
 	}
 	if cfg.DebugAddr != "" {
 		if err := m.startDebug(); err != nil {
@@ -213,6 +217,7 @@ func (m *Main) ensureFirstToken(ctx context.Context) error {
 	default:
 		fmt.Fprintf(m.Stdout, "Created a token for the actor \"local\" (also in %s; shown only now):\n%s\n", path, token)
 	}
+	m.firstToken = token
 	m.Logger.Info("created the first token", "actor", "local", "file", path, "written", written)
 	return nil
 }

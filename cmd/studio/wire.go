@@ -11,6 +11,7 @@ import (
 	"studio/lockservice"
 	"studio/metrics"
 	"studio/planner"
+	"studio/web"
 )
 
 // deps are the objects a process is wired from: config to objects, nothing
@@ -104,6 +105,8 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		Observe:      d.wrap.requests(),
 		Limits:       cfg.httpLimits(),
 		UploadDir:    uploadDir,
+		Catalogs:     catalogView{d.catalog, cfg.MaxBatchTasks, d.service.Channels},
+		UI:           web.Handler(),
 	})
 	if err != nil {
 		return nil, err

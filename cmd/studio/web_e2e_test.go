@@ -1,0 +1,812 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+)
+
+// The web studio, end to end: the whole program in this process, a proxy
+// in front of it that can drop answers, and headless Chromium driven with
+// chromedp. Without a Chromium these tests skip and say so; with
+// STUDIO_TEST_CHROMIUM set (CI sets it) a missing browser fails them.
+
+// chromiumPath finds the browser: STUDIO_TEST_CHROMIUM, else chromium,
+// chromium-browser, google-chrome on PATH.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("STUDIO_TEST_CHROMIUM"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("STUDIO_TEST_CHROMIUM=%s: %v", p, err)
+		}
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no Chromium found (looked for chromium, chromium-browser, google-chrome on PATH; or set STUDIO_TEST_CHROMIUM=/path/to/chromium): the web studio's browser tests are skipped")
+	return ""
+}
+
+// newBrowser starts a headless Chromium with a fresh profile and returns a
+// tab's context, with a deadline for the whole test.
+func newBrowser(t *testing.T, width, height int) page {
+	t.Helper()
+	exe := chromiumPath(t)
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(width, height),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.Flag("mute-audio", true),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(acancel)
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(bcancel)
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start %s: %v", exe, err)
+	}
+	return page{t: t, ctx: bctx}
+}
+
+// dropProxy forwards everything to studio. For a POST path set with
+// lose, it forwards the request, lets studio answer it in full, and then
+// loses the answer: "reset" closes the browser's connection without a byte
+// of it, "502" answers 502 Bad Gateway with an HTML page, as a proxy
+// would. The request was handled either way; its answer is lost.
+type dropProxy struct {
+	target *url.URL
+	rp     *httputil.ReverseProxy
+	srv    *httptest.Server
+
+	mu      sync.Mutex
+	losing  map[string]string   // POST path -> "reset" | "502"
+	posts   map[string][]string // POST path -> the request id of every POST seen
+	bodies  map[string][]string // POST path -> every POST body, byte for byte
+	dropped int
+	paths   []string // method + path of every request
+	// cutEvents, when above 0, cuts the next events stream after that many
+	// task events have gone through (then it is 0 again).
+	cutEvents int
+	lastIDs   []string // the Last-Event-ID of every events request
+}
+
+// cutWriter passes an events stream through and cancels it (the proxy
+// then aborts the connection) once `left` task events have been written.
+type cutWriter struct {
+	http.ResponseWriter
+	left   int
+	cancel context.CancelFunc
+}
+
+func (w *cutWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	if w.left -= bytes.Count(b, []byte("event: task")); w.left <= 0 {
+		w.Flush()
+		w.cancel()
+	}
+	return n, err
+}
+
+func (w *cutWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+func (w *cutWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func newDropProxy(t *testing.T, addr string) *dropProxy {
+	u, _ := url.Parse("http://" + addr)
+	p := &dropProxy{target: u, rp: httputil.NewSingleHostReverseProxy(u), losing: map[string]string{}, posts: map[string][]string{}, bodies: map[string][]string{}}
+	p.srv = httptest.NewServer(p)
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+// lose sets how the answers to POSTs of path are lost ("" forwards them).
+func (p *dropProxy) lose(path, how string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.losing[path] = how
+}
+
+func (p *dropProxy) seen(path string) (posts []string, dropped int, paths []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.posts[path]), p.dropped, slices.Clone(p.paths)
+}
+
+func (p *dropProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	p.paths = append(p.paths, r.Method+" "+r.URL.Path)
+	isPost := r.Method == http.MethodPost
+	how := ""
+	if isPost {
+		how = p.losing[r.URL.Path]
+	}
+	cut := 0
+	if strings.HasSuffix(r.URL.Path, "/events") {
+		p.lastIDs = append(p.lastIDs, r.Header.Get("Last-Event-ID"))
+		cut, p.cutEvents = p.cutEvents, 0
+	}
+	p.mu.Unlock()
+	if cut > 0 {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		p.rp.ServeHTTP(&cutWriter{ResponseWriter: w, left: cut, cancel: cancel}, r.WithContext(ctx))
+		return
+	}
+	if !isPost {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	var req struct {
+		RequestID string `json:"request_id"`
+	}
+	_ = json.Unmarshal(body, &req)
+	p.mu.Lock()
+	p.posts[r.URL.Path] = append(p.posts[r.URL.Path], req.RequestID)
+	p.bodies[r.URL.Path] = append(p.bodies[r.URL.Path], string(body))
+	p.mu.Unlock()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if how == "" {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	rec := httptest.NewRecorder()
+	p.rp.ServeHTTP(rec, r) // studio handles it completely
+	p.mu.Lock()
+	p.dropped++
+	p.mu.Unlock()
+	if how == "502" {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write([]byte("<html><body><h1>502 Bad Gateway</h1></body></html>"))
+		return
+	}
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0) // a reset, as a proxy that died would leave
+	}
+	conn.Close()
+}
+
+// page drives one browser tab; every helper fails the test on an error.
+type page struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+func (p page) do(steps ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		var body string
+		body, _ = chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.querySelector('main').innerText`))
+		p.t.Fatalf("%v; the page shows:\n%s", err, body)
+	}
+}
+
+// eval runs an expression in the page and decodes its value.
+func eval[T any](p page, expr string) T {
+	p.t.Helper()
+	v, err := chromedp.Run(p.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		p.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+func (p page) text(sel string) string {
+	p.t.Helper()
+	v, err := chromedp.Run(p.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		p.t.Fatalf("text of %s: %v", sel, err)
+	}
+	return v
+}
+
+func (p page) attr(sel, name string) string {
+	p.t.Helper()
+	v, err := chromedp.Run(p.ctx, chromedp.AttributeValue(chromedp.CSS(sel), name))
+	if err != nil {
+		p.t.Fatalf("attribute %s of %s: %v", name, sel, err)
+	}
+	return v.Value
+}
+
+func visible(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.WaitVisible(chromedp.CSS(sel))
+}
+func click(sel string) chromedp.Action[chromedp.Void] { return chromedp.Click(chromedp.CSS(sel)) }
+
+// setField sets an input's value as typing would, firing input and change.
+func setField(sel, value string) chromedp.Action[chromedp.Void] {
+	s, _ := json.Marshal(sel)
+	v, _ := json.Marshal(value)
+	a := chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const e = document.querySelector(%s); e.value = %s;
+		e.dispatchEvent(new Event('input', {bubbles: true})); e.dispatchEvent(new Event('change', {bubbles: true})); return true; })()`, s, v))
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := a(ctx, t)
+		return chromedp.Void{}, err
+	}
+}
+
+// offline cuts the tab off the network (or back on), as DevTools'
+// "Offline" does: requests fail and navigator.onLine is false.
+func offline(on bool) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		if _, err := cdp.Call(ctx, t, network.Enable, network.EnableParams{}); err != nil {
+			return err
+		}
+		conds := []*network.Conditions{}
+		if on {
+			conds = append(conds, &network.Conditions{Offline: true, DownloadThroughput: -1, UploadThroughput: -1})
+		}
+		if _, err := cdp.Call(ctx, t, network.EmulateNetworkConditionsByRule, network.EmulateNetworkConditionsByRuleParams{MatchedNetworkConditions: conds}); err != nil {
+			return err
+		}
+		_, err := cdp.Call(ctx, t, network.OverrideNetworkState, network.OverrideNetworkStateParams{Offline: on, DownloadThroughput: -1, UploadThroughput: -1})
+		return err
+	})
+}
+
+// waitJS polls a boolean expression in the page until it holds.
+func (p page) waitJS(what, expr string) {
+	p.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !eval[bool](p, expr) {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("timed out waiting for %s; the page shows:\n%s", what, eval[string](p, `document.querySelector('main').innerText`))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// screenshot saves the page as docs/img/NAME.png when
+// STUDIO_UPDATE_SCREENSHOTS=1, so that ordinary runs leave the tree clean.
+func (p page) screenshot(name string) {
+	p.t.Helper()
+	if os.Getenv("STUDIO_UPDATE_SCREENSHOTS") != "1" {
+		return
+	}
+	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		p.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	dir := filepath.Join("..", "..", "docs", "img")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+type webBatch struct {
+	ID        string         `json:"id"`
+	RequestID string         `json:"request_id"`
+	State     string         `json:"state"`
+	TaskCount int            `json:"task_count"`
+	Counts    map[string]int `json:"counts"`
+}
+
+func listBatches(t *testing.T, c *client) []webBatch {
+	t.Helper()
+	var list struct {
+		Items []webBatch `json:"items"`
+	}
+	resp, err := c.do(context.Background(), "GET", "/v1/batches", nil, &list)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("list batches: %v %v", resp, err)
+	}
+	return list.Items
+}
+
+// TestWebStudio goes through the studio as a person would: sign in with the
+// link serve prints, compose (typing), review, submit with the answer
+// dropped by the proxy, submit again (one batch, same id), watch the batch
+// page fill in as a worker started later drains it, pick and publish.
+func TestWebStudio(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 1280, 900)
+	cfg := testConfig(t) // no workers: the batch waits until one starts
+	m, stdout := startMain(t, cfg)
+	token := readToken(t, cfg.Data)
+	link := "http://" + m.Addr() + "/#token=" + token
+	if !strings.Contains(stdout.String(), link) {
+		t.Fatalf("serve did not print the sign-in link %s:\n%s", link, stdout.String())
+	}
+	proxy := newDropProxy(t, m.Addr())
+	c := newClient(t, m.Addr(), token)
+
+	// Sign in with the link (through the proxy); the token leaves the
+	// address bar at once and stays in sessionStorage only.
+	p.do(chromedp.Navigate(proxy.srv.URL+"/#token="+token), visible(`#compose`))
+	hash := eval[string](p, `location.hash`)
+	stored := eval[string](p, `sessionStorage.getItem('studio.token')`)
+	local := eval[string](p, `JSON.stringify(localStorage)`)
+	if strings.Contains(hash, "token") || stored != token || strings.Contains(local, token) {
+		t.Fatalf("after the link: hash %q, sessionStorage %q, localStorage %q", hash, stored, local)
+	}
+	_, _, paths := proxy.seen("")
+	for _, path := range paths {
+		if strings.Contains(path, token) {
+			t.Fatalf("the token reached the server in a request line: %s", path)
+		}
+	}
+
+	// Every control of the form is reachable with Tab, in order, up to
+	// Review.
+	p.do(chromedp.Focus(chromedp.CSS(`#prompt`)))
+	for i := 0; eval[string](p, `document.activeElement.id`) != "review"; i++ {
+		if i == 30 {
+			t.Fatalf("30 presses of Tab from the prompt never reached Review")
+		}
+		p.do(chromedp.KeyEvent("\t"))
+	}
+
+	// Compose: type the prompt, set frames, candidates, a subject, a seed
+	// and params; the page counts the tasks against the limit.
+	p.do(
+		chromedp.SendKeys(chromedp.CSS(`#prompt`), "a knight in the rain, side view"),
+		setField(`#set-0-collection`, "walk-cycle"),
+		setField(`#set-0-frames`, "f01, f02"),
+		setField(`#candidates`, "2"),
+		setField(`#seed`, "7"),
+		click(`#subject-knight`),
+		setField(`#params`, `{"delay_ms": 150}`),
+	)
+	if tasks, limit := p.attr(`#task-count`, "data-tasks"), p.attr(`#task-count`, "data-limit"); tasks != "8" || limit != "600" {
+		// 2 frames x 2 generators (auto) x 2 candidates
+		t.Fatalf("the page counts %s tasks against a limit of %s; want 8 and 600", tasks, limit)
+	}
+	p.screenshot("compose")
+
+	// Review: the frozen request and its id.
+	p.do(click(`#review`), visible(`#frozen`))
+	id, frozen := p.text(`#request-id`), p.text(`#frozen`)
+	var req map[string]any
+	if err := json.Unmarshal([]byte(frozen), &req); err != nil {
+		t.Fatalf("the frozen request is not JSON: %v\n%s", err, frozen)
+	}
+	if req["request_id"] != id || len(id) != 36 || req["prompt"] != "a knight in the rain, side view" || req["candidates"] != 2.0 || req["seed"] != 7.0 {
+		t.Fatalf("frozen request %v, id %q", req, id)
+	}
+	p.screenshot("review")
+
+	// Submit with the keyboard (Submit has the focus); the proxy drops the
+	// answer after studio made the batch.
+	proxy.lose("/v1/generations", "reset")
+	p.do(chromedp.KeyEvent("\r"), visible(`#lost`))
+	posts, dropped, _ := proxy.seen("/v1/generations")
+	if dropped < 1 || len(posts) < 1 {
+		t.Fatalf("the proxy dropped %d answers of %d posts", dropped, len(posts))
+	}
+	if b := listBatches(t, c); len(b) != 1 || b[0].RequestID != id {
+		t.Fatalf("after the lost answer studio has %+v; want the one batch of %s", b, id)
+	}
+	if again := p.text(`#submit`); again != "Submit again" {
+		t.Fatalf("the button says %q after a lost answer", again)
+	}
+	p.screenshot("review-lost")
+	// Submit again, and a proxy answers 502 this time: still lost, still
+	// one batch.
+	proxy.lose("/v1/generations", "502")
+	p.do(click(`#submit`))
+	p.waitJS("a 502 to be shown as a lost answer", `!!document.querySelector('#lost')?.innerText.includes('502') && !document.querySelector('#submit').disabled`)
+	if b := listBatches(t, c); len(b) != 1 {
+		t.Fatalf("after two lost answers studio has %d batches", len(b))
+	}
+	proxy.lose("/v1/generations", "")
+	// Back to compose and review again, unchanged: the same id (a new one
+	// could make a second batch).
+	p.do(click(`#edit`), visible(`#compose`), click(`#review`), visible(`#request-id`))
+	if again := p.text(`#request-id`); again != id || p.text(`#submit`) != "Submit again" {
+		t.Fatalf("reviewing the unchanged request again gave id %s (was %s), button %q", again, id, p.text(`#submit`))
+	}
+	proxy.mu.Lock()
+	proxy.cutEvents = 2 // the batch page's first stream breaks after two task events
+	proxy.mu.Unlock()
+	p.do(click(`#submit`), visible(`#grid .cell`))
+	flash := p.text(`#flash`)
+	posts, _, _ = proxy.seen("/v1/generations")
+	if len(posts) < 3 {
+		t.Fatalf("the proxy saw %d POSTs; want the reset one, the 502 one and the last", len(posts))
+	}
+	for _, got := range posts {
+		if got != id {
+			t.Fatalf("the posts carried ids %v; every one should be %s", posts, id)
+		}
+	}
+	proxy.mu.Lock()
+	bodies := slices.Clone(proxy.bodies["/v1/generations"])
+	proxy.mu.Unlock()
+	for i, b := range bodies {
+		if b != frozen {
+			t.Fatalf("POST %d sent\n%s\nnot the frozen request\n%s", i+1, b, frozen)
+		}
+	}
+	batches := listBatches(t, c)
+	if len(batches) != 1 || batches[0].RequestID != id || batches[0].TaskCount != 8 {
+		t.Fatalf("studio has %+v; want exactly one batch of 8 tasks for %s", batches, id)
+	}
+	if !strings.Contains(flash, "already made this batch") {
+		t.Fatalf("the batch page says %q; want it to say the retry was answered with the first batch", flash)
+	}
+	batchID := batches[0].ID
+
+	// The batch page: every cell is there, with its size, before any task
+	// has run.
+	type rect struct{ X, Y, W, H float64 }
+	const rects = `[...document.querySelectorAll('#grid .cell')].map((e) => { const r = e.getBoundingClientRect(); return {X: r.x, Y: r.y + scrollY, W: r.width, H: r.height}; })`
+	before := eval[[]rect](p, rects)
+	if len(before) != 8 {
+		t.Fatalf("%d cells before the drain; want 8", len(before))
+	}
+
+	// A worker process starts; the page fills in without a reload.
+	wcfg := cfg
+	wcfg.Workers = 1
+	w := NewMain(wcfg, modeWorker, io.Discard, io.Discard)
+	if err := w.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	type progress struct {
+		Loaded int
+		State  string
+	}
+	partial := false
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		n := eval[progress](p, `({Loaded: document.querySelectorAll('#grid img[data-loaded]').length, State: document.querySelector('#batch-state').dataset.state})`)
+		if n.Loaded > 0 && n.Loaded < 8 {
+			partial = true
+		}
+		if n.Loaded == 8 && n.State == "succeeded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page shows %d of 8 thumbnails, state %q", n.Loaded, n.State)
+		}
+		time.Sleep(40 * time.Millisecond)
+	}
+	if !partial {
+		t.Error("the page never showed part of the batch: it did not fill in as the worker drained")
+	}
+	after := eval[[]rect](p, rects)
+	for i := range before {
+		if before[i] != after[i] {
+			t.Errorf("cell %d moved or changed size as images arrived: %+v -> %+v", i, before[i], after[i])
+		}
+	}
+	_, _, paths = proxy.seen("")
+	if !slices.Contains(paths, "GET /v1/batches/"+batchID+"/events") || p.attr(`#live`, "data-streamed") != "true" {
+		t.Errorf("the page did not follow the events stream (it shows %q); it asked for %v", p.text(`#live`), paths)
+	}
+	// The stream cut after two task events was resumed from the last id.
+	proxy.mu.Lock()
+	lastIDs := slices.Clone(proxy.lastIDs)
+	proxy.mu.Unlock()
+	if len(lastIDs) < 2 || lastIDs[0] != "" || lastIDs[1] == "" {
+		t.Errorf("events requests carried Last-Event-ID %q; want none on the first, the last id seen on the reconnect", lastIDs)
+	}
+
+	// Pick two images, the first with the keyboard only (Tab from the
+	// channel list reaches the first thumbnail; Space picks it), and publish
+	// them to the gallery.
+	p.do(chromedp.Focus(chromedp.CSS(`#channel`)), chromedp.KeyEvent("\t"))
+	if !eval[bool](p, `document.activeElement === document.querySelector('#grid .cells .cell:nth-child(1)')`) {
+		t.Fatalf("Tab from the channel list reached %s, not the first thumbnail", eval[string](p, `document.activeElement.outerHTML.slice(0, 120)`))
+	}
+	p.do(chromedp.KeyEvent(" "))
+	p.waitJS("Space to pick the thumbnail", `document.activeElement.getAttribute('aria-pressed') === 'true'`)
+	p.do(click(`#grid .cells .cell:nth-child(2)`))
+	if picked := p.text(`#picked`); picked != "2 images picked" {
+		t.Fatalf("picked: %q", picked)
+	}
+	// The first answer to the publication is lost; Publish again sends the
+	// same id: one publication.
+	proxy.lose("/v1/publications", "reset")
+	p.do(click(`#publish`))
+	p.waitJS("the lost publication answer to be shown", `document.querySelector('#publish').innerText === 'Publish again' && !document.querySelector('#publish').disabled`)
+	proxy.lose("/v1/publications", "")
+	p.do(click(`#publish`))
+	p.waitJS("the publication to succeed", `!!document.querySelector('#publications li [data-state="succeeded"]')`)
+	if b := p.text(`#publish`); b != "Publish 2 to gallery" {
+		t.Errorf("after publishing the button says %q", b)
+	}
+	p.screenshot("batch")
+	gallery, _ := filepath.Glob(filepath.Join(cfg.Data, "gallery", "*", "*.png"))
+	if len(gallery) != 2 {
+		t.Fatalf("the gallery has %v; want the two picked images, published once", gallery)
+	}
+	pubPosts, _, _ := proxy.seen("/v1/publications")
+	if len(pubPosts) < 2 || pubPosts[0] == "" || slices.ContainsFunc(pubPosts, func(id string) bool { return id != pubPosts[0] }) {
+		t.Fatalf("publication POSTs carried ids %q; want one id, sent again", pubPosts)
+	}
+	var pubs struct {
+		Items []struct {
+			ID string `json:"id"`
+		} `json:"items"`
+	}
+	if resp, err := c.do(context.Background(), "GET", "/v1/publications", nil, &pubs); err != nil || resp.StatusCode != 200 || len(pubs.Items) != 1 {
+		t.Fatalf("publications: %v %v %+v; want exactly one", resp, err, pubs)
+	}
+
+	// The batches list, newest first, with state and counts.
+	p.do(chromedp.Navigate(proxy.srv.URL+"/#/batches"), visible(`tr[data-batch]`))
+	rows := eval[[]string](p, `[...document.querySelectorAll('tr[data-batch]')].map((r) => r.dataset.batch + ' ' + r.innerText.replace(/\s+/g, ' ').trim())`)
+	if len(rows) != 1 || !strings.HasPrefix(rows[0], batchID+" ") || !strings.Contains(rows[0], "succeeded 8 / 8 8 0 0") {
+		t.Fatalf("batches list: %q", rows)
+	}
+	if eval[bool](p, `document.querySelector('#more').offsetParent !== null`) {
+		t.Error("the batches list offers more on its last page")
+	}
+	p.screenshot("batches")
+}
+
+// TestWebStudioRefusals: a bad token is refused at sign-in; a 409 (the
+// reviewed id was taken by other input) and a 422 (a param the generators
+// refuse) are shown with their problem detail and the fields at fault;
+// editing makes a new request id.
+func TestWebStudioRefusals(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 1280, 900)
+	cfg := testConfig(t)
+	m, _ := startMain(t, cfg)
+	token := readToken(t, cfg.Data)
+	c := newClient(t, m.Addr(), token)
+
+	// Sign in by pasting the token (a wrong one first); no navigation
+	// shows before.
+	p.do(chromedp.Navigate("http://"+m.Addr()+"/"), visible(`#token`))
+	if eval[bool](p, `document.querySelector('#nav').offsetParent !== null`) {
+		t.Error("the navigation shows before sign-in")
+	}
+	p.do(
+		visible(`#token`),
+		chromedp.SendKeys(chromedp.CSS(`#token`), "stu_not-a-token\r"),
+		visible(`#signin [role="alert"]`),
+		setField(`#token`, token),
+		click(`#signin button[type="submit"]`),
+		visible(`#compose`),
+		setField(`#prompt`, "a robot"),
+		setField(`#set-0-frames`, "a, a"),
+		click(`#add-set`),
+		setField(`#set-1-collection`, "run"),
+		setField(`#set-1-frames`, "x, y"),
+		click(`#review`),
+		visible(`#compose [data-field]`),
+	)
+	// The page refuses what it can see itself (a repeated frame) and stays.
+	if field := p.attr(`#compose [data-field]`, "data-field"); field != "sets[0].frames[1]" || eval[string](p, `location.hash`) != "#/compose" {
+		t.Fatalf("a repeated frame: field %q, page %s", field, eval[string](p, `location.hash`))
+	}
+	p.do(setField(`#set-0-frames`, "a"))
+	if tasks := p.attr(`#task-count`, "data-tasks"); tasks != "6" { // (1 + 2 frames) x 2 generators x 1 candidate
+		t.Fatalf("two sets count %s tasks; want 6", tasks)
+	}
+	p.do(click(`#review`), visible(`#request-id`))
+	id := p.text(`#request-id`)
+	// Someone else binds that id to other input first.
+	body := map[string]any{"request_id": id, "prompt": "something else", "sets": []map[string]any{{"collection": "c", "frames": []string{"x"}}}}
+	if resp, err := c.do(context.Background(), "POST", "/v1/generations", body, nil); err != nil || resp.StatusCode != 201 {
+		t.Fatalf("bind the id: %v %v", resp, err)
+	}
+	p.do(click(`#submit`), visible(`[data-problem-status="409"]`))
+	detail := p.text(`[data-problem-status="409"]`)
+	if !strings.Contains(detail, "The request ID already belongs to different input.") || !eval[bool](p, `document.querySelector('#submit').disabled`) {
+		t.Fatalf("409 shown as %q, or Submit still enabled", detail)
+	}
+	p.screenshot("review-409")
+
+	// Edit: a param the generator refuses. The next review has a new id,
+	// and the 422 names the field.
+	p.do(
+		click(`#edit`),
+		visible(`#params`),
+		setField(`#params`, `{"width": 5}`),
+		click(`#review`),
+		visible(`#request-id`),
+	)
+	id2 := p.text(`#request-id`)
+	if id2 == id || id2 == "" {
+		t.Fatalf("the edited request kept the id %s", id)
+	}
+	p.do(click(`#submit`), visible(`[data-problem-status="422"] [data-field]`))
+	if field := p.attr(`[data-problem-status="422"] [data-field]`, "data-field"); field != "params.width" {
+		t.Fatalf("the 422 names the field %q; want params.width", field)
+	}
+	if b := listBatches(t, c); len(b) != 1 {
+		t.Fatalf("studio has %d batches; want only the one bound by the other input", len(b))
+	}
+
+	// Offline: the page says so and keeps the id; back online, Submit
+	// again makes the batch (the first try never left the browser: 201).
+	p.do(click(`#edit`), visible(`#params`), setField(`#params`, `{}`), click(`#review`), visible(`#request-id`))
+	id3 := p.text(`#request-id`)
+	p.do(offline(true), click(`#submit`), visible(`#lost`))
+	if lost := p.text(`#lost`); !strings.Contains(lost, "offline") || !strings.Contains(lost, id3) {
+		t.Fatalf("offline shown as %q", lost)
+	}
+	p.do(offline(false), click(`#submit`), visible(`#flash`))
+	if flash := p.text(`#flash`); !strings.Contains(flash, "studio made this batch from request "+id3) {
+		t.Fatalf("after going back online: %q", flash)
+	}
+	if b := listBatches(t, c); len(b) != 2 || b[0].RequestID != id3 {
+		t.Fatalf("studio has %+v; want the page's batch of %s and the other", b, id3)
+	}
+
+	// A link with another token does not silently replace this tab's.
+	other, err := createToken(context.Background(), m.store, "mallory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.do(chromedp.Navigate("http://"+m.Addr()+"/#token="+other), visible(`#link-confirm`), click(`#link-keep`), visible(`#compose`))
+	if got := eval[string](p, `sessionStorage.getItem('studio.token')`); got != token {
+		t.Fatalf("after keeping, the tab holds %q", got)
+	}
+	p.do(chromedp.Navigate("http://"+m.Addr()+"/#token="+other), visible(`#link-use`), click(`#link-use`), visible(`#compose`))
+	if got := eval[string](p, `sessionStorage.getItem('studio.token')`); got != other {
+		t.Fatalf("after choosing the link's token, the tab holds %q", got)
+	}
+}
+
+// TestWebSSEParser feeds one stream to the page's events parser cut into
+// pieces of every size (CRLF, LF and CR line ends, a CR and its LF in two
+// pieces, comments, multi-line data, an event with no data, retry) and
+// expects the same events each time.
+func TestWebSSEParser(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 800, 600)
+	cfg := testConfig(t)
+	m, _ := startMain(t, cfg)
+	p.do(chromedp.Navigate("http://"+m.Addr()+"/"), visible(`#token`))
+	type event struct {
+		Type, Data string
+		ID         *string
+	}
+	type result struct {
+		Events []event
+		Retry  int
+	}
+	const script = `(async () => {
+		const {parser} = await import('/ui/sse.js');
+		const text = ': ping\r\nid: 1\r\nevent: batch\r\ndata: {"a":1}\r\n\r\nevent: empty\n\nid: 2\nevent: task\ndata: line1\ndata:line2\n\n: ping\n\nretry: 5000\nid: 3\revent: done\rdata: x\r\r';
+		const out = [];
+		for (const size of [1, 2, 3, 5, 7, 11, 1000]) {
+			const r = {Events: [], Retry: 0};
+			const feed = parser((e) => r.Events.push({Type: e.type, Data: e.data, ID: e.id}), (ms) => { r.Retry = ms; });
+			for (let i = 0; i < text.length; i += size) feed(text.slice(i, i + size));
+			out.push(r);
+		}
+		return out;
+	})()`
+	got, err := chromedp.Run(p.ctx, chromedp.Evaluate[[]result](script, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := func(s string) *string { return &s }
+	want := []event{{"batch", `{"a":1}`, id("1")}, {"task", "line1\nline2", id("2")}, {"done", "x", id("3")}}
+	if len(got) != 7 {
+		t.Fatalf("%d results", len(got))
+	}
+	for i, r := range got {
+		ok := len(r.Events) == len(want) && r.Retry == 5000
+		for j := 0; ok && j < len(want); j++ {
+			e := r.Events[j]
+			ok = e.Type == want[j].Type && e.Data == want[j].Data && e.ID != nil && *e.ID == *want[j].ID
+		}
+		if !ok {
+			t.Errorf("cut %d: %+v", i, r)
+		}
+	}
+}
+
+// TestWebStudioCancelFailuresPhone: cancel from the batch page; failed
+// tasks shown with their errors; on a phone-sized screen nothing is wider
+// than the screen.
+func TestWebStudioCancelFailuresPhone(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 1280, 900)
+	cfg := testConfig(t)
+	cfg.MaxAttempts = 1
+	m, _ := startMain(t, cfg)
+	token := readToken(t, cfg.Data)
+	c := newClient(t, m.Addr(), token)
+	base := "http://" + m.Addr()
+	create := func(requestID string, body map[string]any) webBatch {
+		t.Helper()
+		body["request_id"] = requestID
+		var b webBatch
+		if resp, err := c.do(context.Background(), "POST", "/v1/generations", body, &b); err != nil || resp.StatusCode != 201 {
+			t.Fatalf("create %s: %v %v", requestID, resp, err)
+		}
+		return b
+	}
+
+	// Cancel a queued batch (no worker runs yet).
+	queued := create("queued", map[string]any{"prompt": "a cat", "providers": []string{"sketch"},
+		"sets": []map[string]any{{"collection": "c", "frames": []string{"a", "b", "c"}}}})
+	p.do(chromedp.Navigate(base+"/#token="+token), visible(`#compose`),
+		chromedp.Navigate(base+"/#/batches/"+queued.ID), visible(`#grid .cell`), click(`#cancel`))
+	p.waitJS("the batch to show canceled", `document.querySelector('#batch-state').dataset.state === 'canceled'`)
+	if s := p.text(`#stats`); !strings.Contains(s, "3 canceled") || !eval[bool](p, `document.querySelector('#cancel').disabled`) {
+		t.Fatalf("after cancel: %q", s)
+	}
+
+	// A batch whose tasks fail (one attempt allowed, the first fails).
+	failing := create("failing", map[string]any{"prompt": "a robot", "providers": []string{"sketch"}, "candidates": 2,
+		"params": map[string]any{"fail_attempts": 1}, "sets": []map[string]any{{"collection": "c", "frames": []string{"a"}}}})
+	wcfg := cfg
+	wcfg.Workers = 2
+	w := NewMain(wcfg, modeWorker, io.Discard, io.Discard)
+	if err := w.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	p.do(chromedp.Navigate(base+"/#/batches/"+failing.ID), visible(`#grid .cell`))
+	p.waitJS("the failed tasks to be listed", `document.querySelectorAll('#failed li').length === 2`)
+	if s := p.text(`#failed`); !strings.Contains(s, "Failed tasks (2)") || !strings.Contains(s, "1 attempt") {
+		t.Fatalf("failed tasks shown as %q", s)
+	}
+	if n := eval[int](p, `document.querySelectorAll('#grid .cell.failed .why').length`); n != 2 {
+		t.Fatalf("%d failed cells show their error", n)
+	}
+
+	// A phone: 390 px wide. Nothing overflows sideways on any page.
+	p.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile))
+	for _, route := range []string{"#/batches/" + queued.ID, "#/compose", "#/batches"} {
+		p.do(chromedp.Navigate(base+"/"+route), visible(`main h1`))
+		p.waitJS("the page to render", `!!document.querySelector('main [id], main table')`)
+		if wide := eval[bool](p, `document.documentElement.scrollWidth > window.innerWidth`); wide {
+			t.Errorf("%s is wider than a 390 px screen (%v > 390)", route, eval[int](p, `document.documentElement.scrollWidth`))
+		}
+	}
+	p.do(chromedp.Navigate(base + "/#/batches/" + failing.ID))
+	p.waitJS("the failed batch", `document.querySelectorAll('#failed li').length === 2`)
+	p.screenshot("batch-phone")
+}
