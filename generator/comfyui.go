@@ -52,8 +52,9 @@ func ComfyInputs() []string {
 
 // comfyUI is a generator of kind comfyui. The task id is the prompt_id:
 //
-//   - Submit looks the prompt_id up in GET /history/{id} and GET /queue
-//     and, only if the server has it in neither, fills the workflow
+//   - Submit looks the prompt_id up in GET /queue, then in
+//     GET /history/{id} (in that order, see Submit) and, only if the
+//     server has it in neither, fills the workflow
 //     (prompt, seed, width, height) and POSTs /prompt with that
 //     prompt_id. A retry, or a worker that resumed another's task, finds
 //     the prompt there and queues nothing.
@@ -259,17 +260,26 @@ func (g *comfyUI) queued(ctx context.Context, id string) (bool, error) {
 }
 
 // Submit implements Generator. It queues the prompt only when the server
-// has it neither in its history nor in its queue.
+// has it neither in its queue nor in its history.
+//
+// The queue is looked up first. ComfyUI moves a prompt from the queue
+// (pending, then running) to the history in one step under one lock
+// (execution.py, PromptQueue.get and task_done), and only that way; but
+// the two GETs are apart. Looked up in the history first, a prompt that
+// finishes between the two answers is in neither, and would be queued a
+// second time. Looked up in the queue first, a prompt that is not there
+// has either finished already, and is in the history by the second GET,
+// or was never queued.
 func (g *comfyUI) Submit(ctx context.Context, job Job) (string, error) {
 	id := job.Key
-	if h, err := g.history(ctx, id); err != nil {
-		return "", fmt.Errorf("submit: %w", err)
-	} else if h != nil {
-		return id, nil
-	}
 	if q, err := g.queued(ctx, id); err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	} else if q {
+		return id, nil
+	}
+	if h, err := g.history(ctx, id); err != nil {
+		return "", fmt.Errorf("submit: %w", err)
+	} else if h != nil {
 		return id, nil
 	}
 	wf, err := g.fill(job)

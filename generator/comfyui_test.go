@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,6 +107,50 @@ func TestComfyUISubmitIsIdempotent(t *testing.T) {
 	}
 	if got := f.Submissions(); len(got) != 2 || got[jobs[0].Key] != 1 || got[jobs[1].Key] != 1 || f.Posts() != 2 {
 		t.Fatalf("submissions %v, posts %d; want one each", got, f.Posts())
+	}
+}
+
+// TestComfyUISubmitWhileThePromptFinishes: a second Submit whose prompt
+// finishes between its two lookups still queues nothing. ComfyUI moves a
+// prompt from the queue to the history in one step (execution.py,
+// PromptQueue.task_done), but Submit's two GETs are apart: looked up in
+// the history first, then in the queue, a prompt that finished in
+// between is in neither answer and was queued again.
+func TestComfyUISubmitWhileThePromptFinishes(t *testing.T) {
+	t.Parallel()
+	f := providertest.NewComfyUI()
+	defer f.Server.Close()
+	f.Hold()
+	var armed, released atomic.Bool
+	var release sync.Once
+	// In front of the fake: once armed, the first lookup (history or
+	// queue, whichever Submit makes first) is answered, then the prompt
+	// finishes, before the next lookup.
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.Server.Config.Handler.ServeHTTP(w, r)
+		if r.Method == http.MethodGet && armed.Load() {
+			release.Do(func() { f.Release(); released.Store(true) })
+		}
+	}))
+	defer front.Close()
+	g, _ := newTestComfy(t, f, func(s *Spec) { s.BaseURL = front.URL })
+	ctx := context.Background()
+	job := baseJob()
+	if ref, err := g.Submit(ctx, job); err != nil || ref != job.Key {
+		t.Fatalf("first submit: %q, %v", ref, err)
+	}
+	armed.Store(true)
+	if ref, err := g.Submit(ctx, job); err != nil || ref != job.Key {
+		t.Fatalf("second submit: %q, %v", ref, err)
+	}
+	if !released.Load() {
+		t.Fatal("the prompt did not finish during the second submit: the test tested nothing")
+	}
+	if err := g.Wait(ctx, job.Key); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Submissions(); got[job.Key] != 1 || f.Posts() != 1 {
+		t.Fatalf("submissions %v, posts %d; want the prompt queued once", got, f.Posts())
 	}
 }
 

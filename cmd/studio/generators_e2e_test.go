@@ -276,8 +276,12 @@ func TestComfyWorkerKilled(t *testing.T) {
 			}
 			subs := comfy.Submissions()
 			for _, tk := range tasks {
-				if subs[tk.ID] != 1 || tk.Attempts != 2 {
-					t.Fatalf("task %s: %d submissions, %d attempts; want 1 and 2", tk.ID, subs[tk.ID], tk.Attempts)
+				// At least two attempts: the second worker's, and more if
+				// it lost its own lease on a loaded machine (a renewal
+				// later than --lease-ttl) and took the task again; each
+				// attempt still finds the one prompt.
+				if subs[tk.ID] != 1 || tk.Attempts < 2 {
+					t.Fatalf("task %s: %d submissions, %d attempts; want 1 submission and 2 or more attempts", tk.ID, subs[tk.ID], tk.Attempts)
 				}
 				if got := f.c.content(t, *tk.AssetID); !bytes.Equal(got, comfy.ImageOf(tk.ID)) {
 					t.Fatalf("task %s: the asset is not the fake's image", tk.ID)

@@ -19,9 +19,13 @@ import (
 //     least one output node such as SaveImage) and answers
 //     {"prompt_id", "number", "node_errors": {}}, or 400 with
 //     {"error": {"type", "message", "details", "extra_info"},
-//     "node_errors": {...}}. A given prompt_id is taken as is; like
-//     ComfyUI, it queues a prompt_id it already has again (the fake counts
-//     that, see Submissions).
+//     "node_errors": {...}}. A given prompt_id is taken as is. Like
+//     ComfyUI (server.py post_prompt puts every valid prompt;
+//     execution.py PromptQueue.put has no check), a prompt_id it already
+//     has is queued again, as another item at the back, and its history
+//     entry, if any, stays until that run finishes and replaces it
+//     (PromptQueue.task_done writes history[prompt_id]). The fake counts
+//     each (see Submissions).
 //   - GET /queue answers {"queue_running": [...], "queue_pending": [...]},
 //     items [number, prompt_id, prompt, extra_data, outputs_to_execute].
 //   - GET /history/{prompt_id} answers {} until the prompt has run, then
@@ -33,15 +37,16 @@ import (
 //     there is none.
 //
 // A prompt runs for the delay (SetDelay) and, while Hold is on, does not
-// finish until Release. Scripted replies (Fail) answer the next requests
-// of a route.
+// finish until Release. Like PromptQueue (get, task_done), a prompt goes
+// from the queue to the history in one step, under the fake's lock.
+// Scripted replies (Fail) answer the next requests of a route.
 type ComfyUI struct {
 	Server *httptest.Server
 
 	mu          sync.Mutex
 	number      int
-	jobs        map[string]*comfyJob // by prompt_id
-	order       []string             // prompt_ids in queue order
+	queue       []*comfyJob          // queued and not finished, in order
+	history     map[string]*comfyJob // finished, by prompt_id: the last run
 	submissions map[string]int
 	posts       int
 	delay       time.Duration
@@ -58,9 +63,9 @@ type comfyJob struct {
 	prompt   map[string]comfyNode
 	outputs  []string
 	start    time.Time
-	done     bool
 	failWith string
-	image    string // filename
+	extra    map[string]any // extra_data: the client_id
+	image    string         // filename
 }
 
 type comfyNode struct {
@@ -77,7 +82,7 @@ var comfyClasses = map[string]bool{
 
 // NewComfyUI starts a fake ComfyUI. Close it with Server.Close.
 func NewComfyUI() *ComfyUI {
-	f := &ComfyUI{jobs: map[string]*comfyJob{}, submissions: map[string]int{},
+	f := &ComfyUI{history: map[string]*comfyJob{}, submissions: map[string]int{},
 		script: map[string][]Reply{}, images: map[string][]byte{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /prompt", f.postPrompt)
@@ -162,10 +167,8 @@ func (f *ComfyUI) Running() []string {
 	defer f.mu.Unlock()
 	f.advance()
 	var out []string
-	for _, id := range f.order {
-		if !f.jobs[id].done {
-			out = append(out, id)
-		}
+	for _, j := range f.queue {
+		out = append(out, j.id)
 	}
 	return out
 }
@@ -181,7 +184,7 @@ func (f *ComfyUI) ImageOf(promptID string) []byte {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.advance()
-	if j, ok := f.jobs[promptID]; ok && j.image != "" {
+	if j, ok := f.history[promptID]; ok && j.image != "" {
 		return f.images[j.image]
 	}
 	return nil
@@ -233,7 +236,7 @@ func (f *ComfyUI) postPrompt(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Prompt   map[string]comfyNode `json:"prompt"`
 		PromptID *string              `json:"prompt_id"`
-		ClientID string               `json:"client_id"`
+		ClientID *string              `json:"client_id"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
 		writeJSON(w, http.StatusBadRequest, promptError("invalid_prompt", "Invalid prompt", err.Error(), map[string]any{}))
@@ -279,14 +282,14 @@ func (f *ComfyUI) postPrompt(w http.ResponseWriter, r *http.Request) {
 		id = *in.PromptID
 	}
 	f.number++
-	j := &comfyJob{id: id, number: f.number, prompt: in.Prompt, outputs: outputs, start: time.Now()}
+	j := &comfyJob{id: id, number: f.number, prompt: in.Prompt, outputs: outputs, start: time.Now(), extra: map[string]any{}}
+	if in.ClientID != nil { // server.py: extra_data["client_id"] only when given
+		j.extra["client_id"] = *in.ClientID
+	}
 	if len(f.failExec) > 0 {
 		j.failWith, f.failExec = f.failExec[0], f.failExec[1:]
 	}
-	if _, dup := f.jobs[id]; !dup {
-		f.order = append(f.order, id)
-	}
-	f.jobs[id] = j
+	f.queue = append(f.queue, j)
 	f.submissions[id]++
 	if f.onSubmit != nil {
 		f.onSubmit(id)
@@ -294,17 +297,19 @@ func (f *ComfyUI) postPrompt(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"prompt_id": id, "number": j.number, "node_errors": map[string]any{}})
 }
 
-// advance finishes the jobs whose time has come (not while held).
+// advance finishes the jobs whose time has come (not while held): each
+// leaves the queue and becomes its prompt_id's history entry.
 func (f *ComfyUI) advance() {
 	if f.held {
 		return
 	}
-	for _, id := range f.order {
-		j := f.jobs[id]
-		if j.done || time.Since(j.start) < f.delay {
+	queued := f.queue[:0]
+	for _, j := range f.queue {
+		if time.Since(j.start) < f.delay {
+			queued = append(queued, j)
 			continue
 		}
-		j.done = true
+		f.history[j.id] = j
 		if j.failWith != "" {
 			continue
 		}
@@ -333,10 +338,12 @@ func (f *ComfyUI) advance() {
 		j.image = fmt.Sprintf("studio_%05d_.png", j.number)
 		f.images[j.image] = ComfyImage(text, seed, w, h)
 	}
+	clear(f.queue[len(queued):])
+	f.queue = queued
 }
 
 func (j *comfyJob) item() []any {
-	return []any{j.number, j.id, j.prompt, map[string]any{"client_id": "studio"}, j.outputs}
+	return []any{j.number, j.id, j.prompt, j.extra, j.outputs}
 }
 
 func (f *ComfyUI) getQueue(w http.ResponseWriter, r *http.Request) {
@@ -347,13 +354,10 @@ func (f *ComfyUI) getQueue(w http.ResponseWriter, r *http.Request) {
 	defer f.mu.Unlock()
 	f.advance()
 	running, pending := []any{}, []any{}
-	for _, id := range f.order {
-		j := f.jobs[id]
-		switch {
-		case j.done:
-		case len(running) == 0:
+	for i, j := range f.queue {
+		if i == 0 {
 			running = append(running, j.item())
-		default:
+		} else {
 			pending = append(pending, j.item())
 		}
 	}
@@ -368,8 +372,8 @@ func (f *ComfyUI) getHistory(w http.ResponseWriter, r *http.Request) {
 	defer f.mu.Unlock()
 	f.advance()
 	id := r.PathValue("id")
-	j, ok := f.jobs[id]
-	if !ok || !j.done {
+	j, ok := f.history[id]
+	if !ok {
 		writeJSON(w, http.StatusOK, map[string]any{})
 		return
 	}
