@@ -37,7 +37,7 @@ func NewFS(dir string) (*FS, error) {
 	if dir == "" {
 		return nil, errors.New("open blob store: empty directory")
 	}
-	if err := os.MkdirAll(filepath.Join(dir, tmpDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, tmpDir), 0o700); err != nil {
 		return nil, fmt.Errorf("open blob store: %w", err)
 	}
 	return &FS{dir: dir, now: time.Now}, nil
@@ -102,18 +102,34 @@ func (s *FS) reuse(info Info) bool {
 	return os.Chtimes(p, now, now) == nil
 }
 
+// createLocked creates a temporary file in tmpDir and locks it. The lock
+// tells a sweep the file is being written; closing the file (or a crash)
+// releases it. A sweep can take the file between its creation and its
+// lock and remove it, so a file no longer linked under its name once
+// locked is given up and another one made.
+func (s *FS) createLocked() (*os.File, error) {
+	for {
+		tmp, err := os.CreateTemp(filepath.Join(s.dir, tmpDir), putPrefix+"*")
+		if err != nil {
+			return nil, err
+		}
+		if err := lockFile(tmp, true); err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+			return nil, err
+		}
+		if linked(tmp, tmp.Name()) {
+			return tmp, nil
+		}
+		tmp.Close()
+	}
+}
+
 // write copies r to a temporary file while hashing it, fsyncs it and
 // renames it into place.
 func (s *FS) write(ctx context.Context, r io.Reader) (Info, error) {
-	tmp, err := os.CreateTemp(filepath.Join(s.dir, tmpDir), putPrefix+"*")
+	tmp, err := s.createLocked()
 	if err != nil {
-		return Info{}, fmt.Errorf("put blob: %w", err)
-	}
-	// The lock tells a sweep this file is being written; closing the file
-	// (or a crash) releases it.
-	if err := lockFile(tmp, true); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
 		return Info{}, fmt.Errorf("put blob: %w", err)
 	}
 	done := false
@@ -128,7 +144,7 @@ func (s *FS) write(ctx context.Context, r io.Reader) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("put blob: write: %w", err)
 	}
-	if err := tmp.Chmod(0o644); err != nil {
+	if err := tmp.Chmod(0o600); err != nil {
 		return Info{}, fmt.Errorf("put blob: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
@@ -171,7 +187,7 @@ func (s *FS) mkdir(sub string) error {
 	if fi, err := os.Stat(sub); err == nil && fi.IsDir() {
 		return nil
 	}
-	if err := os.Mkdir(sub, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.Mkdir(sub, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	return syncDir(s.dir)

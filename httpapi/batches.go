@@ -11,7 +11,7 @@ import (
 )
 
 // taskStates are the values the tasks list's state filter accepts.
-var taskStates = []string{intent.StateQueued, intent.StateRunning, intent.StateSucceeded, intent.StateFailed, intent.StateCanceled}
+var taskStates = []intent.State{intent.StateQueued, intent.StateRunning, intent.StateSucceeded, intent.StateFailed, intent.StateCanceled}
 
 // getBatch is GET /v1/batches/{id}.
 func (s *Server) getBatch(w http.ResponseWriter, r *http.Request) {
@@ -32,7 +32,7 @@ func (s *Server) listBatches(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	const scope = "batches"
-	pg, err := parsePage(q, scope)
+	pg, err := s.parsePage(q, scope)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -43,7 +43,7 @@ func (s *Server) listBatches(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	s.ok(w, r, http.StatusOK, makePage(items, pg.limit, scope, func(b intent.Batch) string { return b.ID }))
+	s.ok(w, r, http.StatusOK, makePage(s.cursors, items, pg.limit, scope, func(b intent.Batch) string { return b.ID }))
 }
 
 // listTasks is GET /v1/batches/{id}/tasks: a batch's tasks in plan order,
@@ -56,7 +56,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 	}
 	batchID := chi.URLParam(r, "id")
 	state, err := single(q, "state")
-	if err == nil && q.Has("state") && !slices.Contains(taskStates, state) {
+	if err == nil && q.Has("state") && !slices.Contains(taskStates, intent.State(state)) {
 		err = invalidQuery("state", "must be one of queued, running, succeeded, failed, canceled")
 	}
 	if err != nil {
@@ -65,18 +65,18 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 	}
 	// The cursor belongs to this batch and this filter.
 	scope := "tasks:" + batchID + ":" + state
-	pg, err := parsePage(q, scope)
+	pg, err := s.parsePage(q, scope)
 	if err != nil {
 		s.Error(w, r, err)
 		return
 	}
 	actor, _ := ActorFrom(r.Context())
-	items, err := s.store.ListTasks(r.Context(), batchID, store.ListParams{Actor: actor, Limit: pg.limit + 1, After: pg.after, State: state})
+	items, err := s.store.ListTasks(r.Context(), batchID, store.ListParams{Actor: actor, Limit: pg.limit + 1, After: pg.after, State: intent.State(state)})
 	if err != nil {
 		s.Error(w, r, notFoundAs(err, "batch"))
 		return
 	}
-	s.ok(w, r, http.StatusOK, makePage(items, pg.limit, scope, func(t intent.Task) string { return t.ID }))
+	s.ok(w, r, http.StatusOK, makePage(s.cursors, items, pg.limit, scope, func(t intent.Task) string { return t.ID }))
 }
 
 // cancelBatch is POST /v1/batches/{id}/cancel: idempotent; answers the

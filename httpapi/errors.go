@@ -17,6 +17,7 @@ var statusOf = map[string]int{
 	intent.EUnauthorized:     http.StatusUnauthorized,
 	intent.ENotFound:         http.StatusNotFound,
 	intent.EConflict:         http.StatusConflict,
+	intent.ETimeout:          http.StatusRequestTimeout,
 	intent.ETooLarge:         http.StatusRequestEntityTooLarge,
 	intent.EUnsupportedMedia: http.StatusUnsupportedMediaType,
 	intent.EUnprocessable:    http.StatusUnprocessableEntity,

@@ -96,6 +96,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, tooLarge
 		}
+		if e, ok := errors.AsType[*intent.Error](err); ok {
+			return nil, e // the body's deadline passed (408)
+		}
 		return nil, intent.Errorf(intent.EInvalid, "The body could not be read.")
 	}
 	return body, nil

@@ -37,6 +37,7 @@ type harness struct {
 	t      testing.TB
 	store  *sqlite.Store
 	server *httpapi.Server
+	gens   httpapi.Generations
 	h      http.Handler
 	blobs  *memBlobs
 	logs   *syncBuffer
@@ -49,6 +50,9 @@ type options struct {
 	noBlobs bool
 	observe func(httpapi.RequestRecord)
 	metrics http.Handler
+	limits  httpapi.Limits
+	// cursorKey signs list cursors; a random one when nil.
+	cursorKey []byte
 }
 
 func newHarness(t testing.TB, o options) *harness {
@@ -64,6 +68,7 @@ func newHarness(t testing.TB, o options) *harness {
 	if gens == nil {
 		gens = &intent.Service{Store: st, Planner: planner.New(planner.EmbeddedCatalog()), Locker: &keyedMutex{}}
 	}
+	h.gens = gens
 	cfg := httpapi.Config{
 		Generations: gens,
 		Store:       st,
@@ -71,6 +76,8 @@ func newHarness(t testing.TB, o options) *harness {
 		Logger:      slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Observe:     o.observe,
 		Metrics:     o.metrics,
+		Limits:      o.limits,
+		CursorKey:   o.cursorKey,
 	}
 	if o.noBlobs {
 		cfg.Blobs = nil

@@ -47,15 +47,17 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &RequestRecord{Method: r.Method}
-		sw := &statusWriter{ResponseWriter: w}
+		r, body := s.guardBody(w, r, start)
+		sw := &statusWriter{ResponseWriter: w, body: body, stall: s.limits.WriteStall}
 		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), recordKey, rec)))
+		sw.finish()
 		rec.Duration = time.Since(start)
 		rec.Status = sw.status()
 		if rctx := chi.RouteContext(r.Context()); rctx != nil {
 			rec.Route = rctx.RoutePattern()
 		}
 		attrs := []slog.Attr{
-			slog.String("method", rec.Method),
+			slog.String("method", truncate(rec.Method, 40)), // a made-up method may be long
 			slog.String("route", rec.Route),
 			slog.Int("status", rec.Status),
 			slog.Duration("duration", rec.Duration),
@@ -99,14 +101,29 @@ func commonHeaders(next http.Handler) http.Handler {
 	})
 }
 
-// statusWriter remembers the status written through it.
+// statusWriter remembers the status written through it. It also closes
+// the connection after an answer sent before the request's body was read
+// (net/http would otherwise wait for the rest of the body to reuse the
+// connection), and bounds each write: one that makes no progress for stall
+// ends the answer.
 type statusWriter struct {
 	http.ResponseWriter
-	code int
+	code     int
+	body     *watchedBody  // nil: the request has no body
+	stall    time.Duration // <= 0: writes are not bounded
+	deadline bool          // a write deadline is set
+}
+
+// beforeHeader runs once, before the status line is written.
+func (w *statusWriter) beforeHeader() {
+	if w.body != nil && !w.body.read() {
+		w.Header().Set("Connection", "close")
+	}
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.code == 0 && code >= 200 {
+		w.beforeHeader()
 		w.code = code
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -114,9 +131,40 @@ func (w *statusWriter) WriteHeader(code int) {
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.code == 0 {
+		w.beforeHeader()
 		w.code = http.StatusOK
 	}
+	if w.stall > 0 {
+		if http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Now().Add(w.stall)) == nil {
+			w.deadline = true
+		}
+	}
 	return w.ResponseWriter.Write(b)
+}
+
+// finish runs when the handler returned: an answer with no write still
+// closes a connection whose body was not read (at once), and what the answer left
+// buffered is sent under the last write's deadline before the deadline is
+// cleared for the connection's next request.
+func (w *statusWriter) finish() {
+	if w.code == 0 {
+		w.beforeHeader()
+	}
+	var rc *http.ResponseController
+	if w.deadline {
+		rc = http.NewResponseController(w.ResponseWriter)
+		_ = rc.Flush()
+		_ = rc.SetWriteDeadline(time.Time{})
+	}
+	if w.body != nil && !w.body.read() {
+		// net/http reads what is left of a small body before it closes the
+		// connection; a body that never comes would hold it until the body
+		// deadline. The answer is sent: stop reading now.
+		if rc == nil {
+			rc = http.NewResponseController(w.ResponseWriter)
+		}
+		_ = rc.SetReadDeadline(time.Now())
+	}
 }
 
 // Unwrap lets http.ResponseController reach the real writer.

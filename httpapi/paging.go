@@ -1,10 +1,16 @@
 package httpapi
 
 import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
@@ -19,50 +25,81 @@ const (
 )
 
 // cursorVersion is the version of the cursor payload this code writes and
-// the only one it reads.
-const cursorVersion = 1
+// the only one it reads. Version 1 was unsigned and is refused.
+const cursorVersion = 2
 
 // cursor is the payload behind an opaque next_cursor: the list it belongs
 // to (its scope) and the id of the last record of the page before. It is
-// not a secret and grants nothing: every page is read with the caller's
-// actor, whatever the cursor says.
+// not a secret and grants nothing (every page is read with the caller's
+// actor, whatever the cursor says), but it is signed: a cursor the server
+// did not make is refused.
 type cursor struct {
 	V     int    `json:"v"`
 	Scope string `json:"scope"`
 	After string `json:"after"`
 }
 
-// encodeCursor makes the cursor of the page after id in the list scope.
-func encodeCursor(scope, id string) string {
+// cursorSigner makes and checks cursors: base64url(payload) "."
+// base64url(HMAC-SHA256(key, payload)).
+type cursorSigner struct{ key []byte }
+
+// newCursorSigner signs with key, or with a random key when it is empty.
+func newCursorSigner(key []byte) (cursorSigner, error) {
+	if len(key) == 0 {
+		key = make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return cursorSigner{}, fmt.Errorf("make cursor key: %w", err)
+		}
+	}
+	return cursorSigner{key: bytes.Clone(key)}, nil
+}
+
+func (c cursorSigner) mac(payload []byte) []byte {
+	m := hmac.New(sha256.New, c.key)
+	m.Write(payload)
+	return m.Sum(nil)
+}
+
+// encode makes the cursor of the page after id in the list scope.
+func (c cursorSigner) encode(scope, id string) string {
 	b, err := json.Marshal(cursor{V: cursorVersion, Scope: scope, After: id})
 	if err != nil {
 		// A struct of an int and two strings always encodes (ids are valid
 		// UTF-8, as the store gave them).
 		panic("encode cursor: " + err.Error())
 	}
-	return base64.RawURLEncoding.EncodeToString(b)
+	return base64.RawURLEncoding.EncodeToString(b) + "." + base64.RawURLEncoding.EncodeToString(c.mac(b))
 }
 
-// decodeCursor returns the id a cursor made by encodeCursor for scope
-// carries, or false for anything else: another list's cursor, another
-// version, a changed or truncated one.
-func decodeCursor(scope, s string) (string, bool) {
-	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
+// decode returns the id a cursor made by encode for scope carries, or false
+// for anything else: a signature that does not match (a forged or changed
+// cursor, or one signed with another key), another list's cursor, another
+// version, a truncated one.
+func (c cursorSigner) decode(scope, s string) (string, bool) {
+	p, sig, ok := strings.Cut(s, ".")
+	if !ok {
+		return "", false
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(p)
 	if err != nil {
 		return "", false
 	}
-	var c cursor
-	if err := json.Unmarshal(b, &c, json.RejectUnknownMembers(true)); err != nil {
+	got, err := base64.RawURLEncoding.Strict().DecodeString(sig)
+	if err != nil || !hmac.Equal(got, c.mac(b)) {
 		return "", false
 	}
-	if c.V != cursorVersion || c.Scope != scope {
+	var cur cursor
+	if err := json.Unmarshal(b, &cur, json.RejectUnknownMembers(true)); err != nil {
 		return "", false
 	}
-	id, err := uuid.Parse(c.After)
-	if err != nil || id.String() != c.After {
+	if cur.V != cursorVersion || cur.Scope != scope {
 		return "", false
 	}
-	return c.After, true
+	id, err := uuid.Parse(cur.After)
+	if err != nil || id.String() != cur.After {
+		return "", false
+	}
+	return cur.After, true
 }
 
 // page is a list request's limit and starting point.
@@ -100,7 +137,7 @@ func invalidQuery(field, msg string) error {
 
 // parsePage reads limit (1..500, 100 by default) and cursor (one this list
 // made) from the query.
-func parsePage(q url.Values, scope string) (page, error) {
+func (s *Server) parsePage(q url.Values, scope string) (page, error) {
 	p := page{limit: DefaultListLimit}
 	var fields []intent.FieldError
 	if lim, err := single(q, "limit"); err != nil {
@@ -115,7 +152,7 @@ func parsePage(q url.Values, scope string) (page, error) {
 	if cur, err := single(q, "cursor"); err != nil {
 		fields = append(fields, intent.ErrorFields(err)...)
 	} else if q.Has("cursor") {
-		after, ok := decodeCursor(scope, cur)
+		after, ok := s.cursors.decode(scope, cur)
 		if !ok {
 			fields = append(fields, intent.FieldError{Field: "cursor", Message: "is not a cursor of this list"})
 		}
@@ -135,15 +172,15 @@ type listPage[T any] struct {
 }
 
 // makePage trims items, read with limit+1, to limit and makes the cursor of
-// the next page when there is one.
-func makePage[T any](items []T, limit int, scope string, id func(T) string) listPage[T] {
+// the next page when there is one, signed by c.
+func makePage[T any](c cursorSigner, items []T, limit int, scope string, id func(T) string) listPage[T] {
 	p := listPage[T]{Items: items}
 	if p.Items == nil {
 		p.Items = []T{}
 	}
 	if len(p.Items) > limit {
 		p.Items = p.Items[:limit]
-		next := encodeCursor(scope, id(p.Items[limit-1]))
+		next := c.encode(scope, id(p.Items[limit-1]))
 		p.NextCursor = &next
 	}
 	return p

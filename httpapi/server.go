@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -19,6 +20,21 @@ import (
 type Generations interface {
 	CreateGeneration(ctx context.Context, actor, requestID string, in intent.GenerationInput) (intent.GenerationResult, error)
 }
+
+// Store is what the API needs of the store: the reads it answers, the
+// batch cancel, the token look-up and the readiness check. store.Store has
+// it.
+type Store interface {
+	GetBatch(ctx context.Context, actor, id string) (intent.Batch, error)
+	ListBatches(ctx context.Context, p store.ListParams) ([]intent.Batch, error)
+	ListTasks(ctx context.Context, batchID string, p store.ListParams) ([]intent.Task, error)
+	CancelBatch(ctx context.Context, actor, id string) (intent.Batch, error)
+	GetAsset(ctx context.Context, actor, id string) (intent.Asset, error)
+	ActorForToken(ctx context.Context, tokenHash string) (string, error)
+	Ping(ctx context.Context) error
+}
+
+var _ Store = store.Store(nil)
 
 // Blobs opens stored asset bytes by their SHA-256 (lowercase hex). A
 // missing blob is an error: an asset row never exists without its bytes.
@@ -36,12 +52,22 @@ type Limits struct {
 	// UploadBody is the largest POST /v1/uploads body in bytes; 20 MiB by
 	// default. (POST /v1/publications takes GenerationBody.)
 	UploadBody int64
+	// BodyTimeout bounds the time to read a request body, from the end of
+	// its headers: a body not read by then is answered 408 and its
+	// connection closed. 30s by default; negative turns it off.
+	BodyTimeout time.Duration
+	// WriteStall ends an answer (and its connection) when one write of it
+	// makes no progress for this long: a reader too slow to take the
+	// bytes. 60s by default; negative turns it off.
+	WriteStall time.Duration
 }
 
 // Default limits.
 const (
 	DefaultGenerationBody = 1 << 20
 	DefaultReadyTimeout   = 2 * time.Second
+	DefaultBodyTimeout    = 30 * time.Second
+	DefaultWriteStall     = 60 * time.Second
 )
 
 // Config holds a Server's dependencies.
@@ -49,7 +75,7 @@ type Config struct {
 	// Generations runs POST /v1/generations (required).
 	Generations Generations
 	// Store answers reads, cancels and token look-ups (required).
-	Store store.Store
+	Store Store
 	// Blobs serves asset bytes; without it GET /v1/assets/{id}/content
 	// answers 503.
 	Blobs Blobs
@@ -66,6 +92,11 @@ type Config struct {
 	// Logger receives one line per request and the details of internal
 	// errors; slog.Default() when nil.
 	Logger *slog.Logger
+	// CursorKey signs list cursors (HMAC-SHA256), so that a cursor the
+	// server did not make is refused. Instances sharing a database share
+	// it (store.Store.CursorKey). Empty: a random key, good for this
+	// Server only.
+	CursorKey []byte
 	// Limits bounds requests; zero fields take their defaults.
 	Limits Limits
 	// Metrics, when set, is served without a token at GET /metrics.
@@ -94,7 +125,7 @@ type RequestRecord struct {
 // Server is studio's HTTP API.
 type Server struct {
 	gens      Generations
-	store     store.Store
+	store     Store
 	blobs     Blobs
 	uploads   Uploads
 	uploadDir string
@@ -104,6 +135,7 @@ type Server struct {
 	limits    Limits
 	metrics   http.Handler
 	observe   func(RequestRecord)
+	cursors   cursorSigner
 	router    *chi.Mux
 }
 
@@ -124,6 +156,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Limits.ReadyTimeout <= 0 {
 		cfg.Limits.ReadyTimeout = DefaultReadyTimeout
 	}
+	if cfg.Limits.BodyTimeout == 0 {
+		cfg.Limits.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.Limits.WriteStall == 0 {
+		cfg.Limits.WriteStall = DefaultWriteStall
+	}
 	if cfg.Limits.UploadBody <= 0 {
 		cfg.Limits.UploadBody = intent.MaxUploadBytes
 	}
@@ -139,6 +177,10 @@ func New(cfg Config) (*Server, error) {
 		limits:    cfg.Limits,
 		metrics:   cfg.Metrics,
 		observe:   cfg.Observe,
+	}
+	var err error
+	if s.cursors, err = newCursorSigner(cfg.CursorKey); err != nil {
+		return nil, fmt.Errorf("new http api: %w", err)
 	}
 	if err := checkOpenAPI(); err != nil {
 		return nil, fmt.Errorf("new http api: %w", err)
@@ -157,7 +199,7 @@ func (s *Server) routes() *chi.Mux {
 	// Set before any route so that every subrouter inherits them.
 	r.NotFound(s.notFound)
 	r.MethodNotAllowed(s.methodNotAllowed)
-	r.Use(s.logRequests, s.recoverPanics, commonHeaders)
+	r.Use(s.logRequests, s.recoverPanics, commonHeaders, headAsGet)
 
 	// Operations: no token.
 	r.Get("/healthz", s.healthz)
@@ -169,7 +211,7 @@ func (s *Server) routes() *chi.Mux {
 
 	// The API: every route, known or not, needs a token first.
 	r.Route("/v1", func(r chi.Router) {
-		r.Use(s.authenticate)
+		r.Use(s.authenticate, s.refuseEncodings)
 		r.Post("/generations", s.createGeneration)
 		r.Get("/batches", s.listBatches)
 		r.Get("/batches/{id}", s.getBatch)
@@ -193,26 +235,49 @@ func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
 	s.Error(w, r, intent.Errorf(intent.ENotFound, "No route serves %s.", r.URL.Path))
 }
 
-// routeMethods are the methods the 405 answer checks for its Allow header.
-var routeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+// routeMethods are the methods the 405 answer checks for its Allow header
+// (HEAD is allowed wherever GET is).
+var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 
-// methodNotAllowed answers a known path asked with a method it does not
-// serve, with the Allow header RFC 9110 requires.
+// methodNotAllowed answers a request whose method the path does not serve,
+// made-up methods included (the router sends those here whatever the
+// path). Under /v1 the request is authenticated first, like any other.
+// Then: a path that serves other methods is 405 with the Allow header RFC
+// 9110 requires; a path that serves none is 404.
 func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") {
+		s.authenticate(http.HandlerFunc(s.answerMethod)).ServeHTTP(w, r)
+		return
+	}
+	s.answerMethod(w, r)
+}
+
+func (s *Server) answerMethod(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.RawPath
 	if path == "" {
 		path = r.URL.Path
 	}
+	var allow []string
 	for _, m := range routeMethods {
 		if s.router.Match(chi.NewRouteContext(), m, path) {
-			w.Header().Add("Allow", m)
+			allow = append(allow, m)
+			if m == http.MethodGet {
+				allow = append(allow, http.MethodHead)
+			}
 		}
+	}
+	if len(allow) == 0 {
+		s.notFound(w, r)
+		return
+	}
+	for _, m := range allow {
+		w.Header().Add("Allow", m)
 	}
 	s.writeProblem(w, r, Problem{
 		Type:   "about:blank",
 		Title:  http.StatusText(http.StatusMethodNotAllowed),
 		Status: http.StatusMethodNotAllowed,
-		Detail: fmt.Sprintf("%s does not serve %s.", r.URL.Path, r.Method),
+		Detail: fmt.Sprintf("%s does not serve %s.", r.URL.Path, truncate(r.Method, 40)),
 	})
 }
 

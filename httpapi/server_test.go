@@ -247,11 +247,11 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 		allow        []string
 	}{
 		{"GET", "/v1/generations", "alice", []string{"POST"}},
-		{"DELETE", "/v1/batches", "alice", []string{"GET"}},
-		{"PUT", "/v1/batches/x", "alice", []string{"GET"}},
+		{"DELETE", "/v1/batches", "alice", []string{"GET", "HEAD"}},
+		{"PUT", "/v1/batches/x", "alice", []string{"GET", "HEAD"}},
 		{"GET", "/v1/batches/x/cancel", "alice", []string{"POST"}},
-		{"POST", "/healthz", "", []string{"GET"}},
-		{"DELETE", "/openapi.json", "", []string{"GET"}},
+		{"POST", "/healthz", "", []string{"GET", "HEAD"}},
+		{"DELETE", "/openapi.json", "", []string{"GET", "HEAD"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {

@@ -89,6 +89,8 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 		return n, err
 	case errors.As(err, new(*http.MaxBytesError)):
 		return n, intent.Errorf(intent.ETooLarge, "The body is over its limit of %d bytes.", b.limit)
+	case errors.As(err, new(*intent.Error)):
+		return n, err // the body's deadline passed (408)
 	}
 	return n, intent.Errorf(intent.EInvalid, "The body could not be read.")
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 )
@@ -572,34 +571,4 @@ func (c *checker) uuid(path, s string) string {
 		return s
 	}
 	return u.String()
-}
-
-// NormalizeGeneration applies the rules of DecodeGeneration to an input built
-// in Go: zero values take the defaults (nil Providers, Subjects and Params,
-// Candidates 0), params are canonicalized, and every limit is checked, with
-// the same *Error as DecodeGeneration. Its result fingerprints like the
-// decoded body of the same request.
-func NormalizeGeneration(in GenerationInput) (GenerationInput, error) {
-	doc := map[string]any{"prompt": in.Prompt, "sets": in.Sets}
-	if in.Providers != nil {
-		doc["providers"] = in.Providers
-	}
-	if in.Candidates != 0 {
-		doc["candidates"] = in.Candidates
-	}
-	if in.Subjects != nil {
-		doc["subjects"] = in.Subjects
-	}
-	if in.Seed != nil {
-		doc["seed"] = *in.Seed
-	}
-	if in.Params != nil {
-		doc["params"] = in.Params
-	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return GenerationInput{}, Errorf(EInvalid, "The input is invalid: %v.", err)
-	}
-	_, _, out, err := DecodeGeneration(b)
-	return out, err
 }

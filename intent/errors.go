@@ -12,6 +12,7 @@ const (
 	EUnauthorized     = "unauthorized"      // 401: no valid bearer token
 	ENotFound         = "not_found"         // 404: no such record for this actor
 	EConflict         = "conflict"          // 409: the id is bound to other input
+	ETimeout          = "timeout"           // 408: the body did not arrive in time
 	ETooLarge         = "too_large"         // 413: the body is over its limit
 	EUnsupportedMedia = "unsupported_media" // 415: the body is not of an accepted type
 	EUnprocessable    = "unprocessable"     // 422: well-formed, but the plan refuses it

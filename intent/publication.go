@@ -78,7 +78,7 @@ func (s *Service) CreatePublication(ctx context.Context, actor, requestID string
 	}
 	fp, err := Fingerprint(actor, OpPublication, in)
 	if err != nil {
-		return res, fmt.Errorf("fingerprint: %w", err)
+		return res, err
 	}
 	b, created, err := s.bind(ctx, actor, requestID, OpPublication, fp, func(ctx context.Context, now time.Time) (NewIntent, error) {
 		if err := s.planPublication(ctx, actor, &in); err != nil {

@@ -29,16 +29,19 @@ type Service struct {
 	Now func() time.Time
 	// Observe, when set, is told the outcome of every intent (for metrics
 	// and logs): created, replayed, conflict, invalid or error.
-	Observe func(operation, outcome string)
+	Observe func(operation string, outcome Outcome)
 }
+
+// Outcome is how an intent (or an upload) ended, as Observe is told it.
+type Outcome string
 
 // Outcomes passed to Service.Observe.
 const (
-	OutcomeCreated  = "created"
-	OutcomeReplayed = "replayed"
-	OutcomeConflict = "conflict"
-	OutcomeInvalid  = "invalid"
-	OutcomeError    = "error"
+	OutcomeCreated  Outcome = "created"
+	OutcomeReplayed Outcome = "replayed"
+	OutcomeConflict Outcome = "conflict"
+	OutcomeInvalid  Outcome = "invalid"
+	OutcomeError    Outcome = "error"
 )
 
 // GenerationResult is the answer to a generation intent.
@@ -58,7 +61,7 @@ func (s *Service) CreateGeneration(ctx context.Context, actor, requestID string,
 	}
 	fp, err := Fingerprint(actor, OpGeneration, in)
 	if err != nil {
-		return res, fmt.Errorf("fingerprint: %w", err)
+		return res, err
 	}
 	b, created, err := s.bind(ctx, actor, requestID, OpGeneration, fp, func(ctx context.Context, now time.Time) (NewIntent, error) {
 		planned, err := s.Planner.PlanGeneration(ctx, actor, &in)

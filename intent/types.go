@@ -11,13 +11,17 @@ const (
 	OpPublication = "publication"
 )
 
-// Task and batch states.
+// State is the state of a task, a batch, a publication or a publication
+// item. Its values are the ones the API answers and the database stores.
+type State string
+
+// Task and batch states (publications and their items use the same).
 const (
-	StateQueued    = "queued"
-	StateRunning   = "running"
-	StateSucceeded = "succeeded"
-	StateFailed    = "failed"
-	StateCanceled  = "canceled"
+	StateQueued    State = "queued"
+	StateRunning   State = "running"
+	StateSucceeded State = "succeeded"
+	StateFailed    State = "failed"
+	StateCanceled  State = "canceled"
 )
 
 // Binding ties an actor's request id to the fingerprint of the input it was
@@ -53,7 +57,7 @@ func (c Counts) Ended() int { return c.Succeeded + c.Failed + c.Canceled }
 // State derives the parent's state from its children's counts. started says
 // whether any child was ever claimed (a task waiting for a retry is queued
 // again, but its batch has started).
-func (c Counts) State(started bool) string {
+func (c Counts) State(started bool) State {
 	switch {
 	case c.Total() > 0 && c.Ended() == c.Total():
 		if c.Canceled > 0 {
@@ -75,7 +79,7 @@ type Batch struct {
 	ID        string    `json:"id"`
 	Actor     string    `json:"-"`
 	RequestID string    `json:"request_id"`
-	State     string    `json:"state"`
+	State     State     `json:"state"`
 	Prompt    string    `json:"prompt"`
 	TaskCount int       `json:"task_count"`
 	Counts    Counts    `json:"counts"`
@@ -91,7 +95,7 @@ type Task struct {
 	Frame      string    `json:"frame"`
 	Generator  string    `json:"generator"`
 	Candidate  int       `json:"candidate"`
-	State      string    `json:"state"`
+	State      State     `json:"state"`
 	Attempts   int       `json:"attempts"`
 	AssetID    *string   `json:"asset_id"`
 	Error      *string   `json:"error"`
@@ -119,7 +123,7 @@ type Publication struct {
 	RequestID string    `json:"request_id"`
 	BatchID   string    `json:"batch_id"`
 	Channel   string    `json:"channel"`
-	State     string    `json:"state"`
+	State     State     `json:"state"`
 	ItemCount int       `json:"item_count"`
 	Counts    Counts    `json:"counts"`
 	CreatedAt time.Time `json:"created_at"`

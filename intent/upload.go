@@ -25,6 +25,10 @@ const OpUpload = "upload"
 // MaxUploadBytes is the largest upload body: 20 MiB.
 const MaxUploadBytes = 20 << 20
 
+// DefaultMaxUploadPixels is the largest uploaded image by default, in
+// pixels: 8192 x 8192. A header over it is refused before any decoding.
+const DefaultMaxUploadPixels = 8192 * 8192
+
 // Image types an upload may have.
 const (
 	TypePNG  = "image/png"
@@ -83,9 +87,12 @@ type Uploads struct {
 	Locker Locker
 	// Now is the clock for record times; time.Now by default.
 	Now func() time.Time
+	// MaxPixels is the largest image accepted, width x height;
+	// DefaultMaxUploadPixels when 0.
+	MaxPixels int64
 	// Observe, when set, is told the outcome of every upload (operation
 	// OpUpload): created, replayed, conflict, invalid or error.
-	Observe func(operation, outcome string)
+	Observe func(operation string, outcome Outcome)
 }
 
 // UploadRequest is one upload: the bytes, already spooled, with the type
@@ -112,7 +119,11 @@ func (u *Uploads) Upload(ctx context.Context, req UploadRequest) (res UploadResu
 	if req.Body == nil {
 		return res, errors.New("upload: no body")
 	}
-	img, err := InspectImage(req.ContentType, req.Body.Reader())
+	maxPixels := u.MaxPixels
+	if maxPixels <= 0 {
+		maxPixels = DefaultMaxUploadPixels
+	}
+	img, err := CheckImage(ctx, req.ContentType, req.Body.Reader(), maxPixels)
 	if err != nil {
 		return res, err
 	}
@@ -180,7 +191,7 @@ func (u *Uploads) store(ctx context.Context, req UploadRequest, img ImageInfo) (
 }
 
 // observeOutcome tells fn (when set) the outcome of one operation.
-func observeOutcome(fn func(operation, outcome string), op string, replayed bool, err error) {
+func observeOutcome(fn func(operation string, outcome Outcome), op string, replayed bool, err error) {
 	if fn == nil {
 		return
 	}
@@ -242,6 +253,40 @@ func InspectImage(declared string, r io.Reader) (ImageInfo, error) {
 		return ImageInfo{}, Errorf(EUnsupportedMedia, "The body is not a valid %s image.", mt)
 	}
 	return ImageInfo{ContentType: mt, Width: cfg.Width, Height: cfg.Height}, nil
+}
+
+// decodeGate bounds the full decodes running at once in the process: one
+// decode of the largest image allowed holds width x height x up to 8
+// bytes, so they take turns.
+var decodeGate = make(chan struct{}, 1)
+
+// CheckImage is InspectImage, then two checks of what the header claims:
+// an image of more than maxPixels pixels is ETooLarge (before any decoding),
+// and one whose data does not decode whole is EUnsupportedMedia.
+func CheckImage(ctx context.Context, declared string, r io.ReadSeeker, maxPixels int64) (ImageInfo, error) {
+	img, err := InspectImage(declared, r)
+	if err != nil {
+		return img, err
+	}
+	if px := int64(img.Width) * int64(img.Height); px > maxPixels {
+		return ImageInfo{}, Errorf(ETooLarge, "The image is %dx%d pixels, over the limit of %d pixels.", img.Width, img.Height, maxPixels)
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return ImageInfo{}, fmt.Errorf("read image: %w", err)
+	}
+	select {
+	case decodeGate <- struct{}{}:
+	case <-ctx.Done():
+		return ImageInfo{}, ctx.Err()
+	}
+	defer func() { <-decodeGate }()
+	decode := map[string]func(io.Reader) (image.Image, error){
+		TypePNG: png.Decode, TypeJPEG: jpeg.Decode, TypeWebP: webp.Decode,
+	}[img.ContentType]
+	if _, err := decode(r); err != nil {
+		return ImageInfo{}, Errorf(EUnsupportedMedia, "The body is not a valid %s image: its data does not decode.", img.ContentType)
+	}
+	return img, nil
 }
 
 // SniffImage names the image type of the first bytes of a body by their

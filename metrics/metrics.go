@@ -45,10 +45,10 @@ const (
 var attemptOutcomes = []string{AttemptSucceeded, AttemptRetried, AttemptFailed, AttemptCanceled, AttemptReleased, AttemptLost}
 
 // intentOutcomes are the outcomes intent.Service reports.
-var intentOutcomes = []string{intent.OutcomeCreated, intent.OutcomeReplayed, intent.OutcomeConflict, intent.OutcomeInvalid, intent.OutcomeError}
+var intentOutcomes = []intent.Outcome{intent.OutcomeCreated, intent.OutcomeReplayed, intent.OutcomeConflict, intent.OutcomeInvalid, intent.OutcomeError}
 
 // taskStates are the states the task gauge reports, in this order.
-var taskStates = []string{intent.StateQueued, intent.StateRunning, intent.StateSucceeded, intent.StateFailed, intent.StateCanceled}
+var taskStates = []intent.State{intent.StateQueued, intent.StateRunning, intent.StateSucceeded, intent.StateFailed, intent.StateCanceled}
 
 // intentRoutes maps the routes that create intents to their operation: a
 // body that the HTTP layer refuses (400, 413, 415) never reaches the
@@ -125,7 +125,7 @@ func New() *Metrics {
 	)
 	for _, op := range []string{intent.OpGeneration} {
 		for _, o := range intentOutcomes {
-			m.intents.WithLabelValues(op, o)
+			m.intents.WithLabelValues(op, string(o))
 		}
 	}
 	for _, o := range attemptOutcomes {
@@ -147,28 +147,52 @@ func (m *Metrics) Handler() http.Handler {
 	})
 }
 
+// knownMethods are the method label values; any other method a client
+// sends counts as "other", so that made-up methods cannot grow the label
+// set.
+var knownMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
+	http.MethodConnect: true, http.MethodTrace: true,
+}
+
+// MethodLabel is the method label value of a request method: the method
+// when it is one of RFC 9110's (and PATCH), "other" for anything else.
+func MethodLabel(method string) string {
+	if knownMethods[method] {
+		return method
+	}
+	return "other"
+}
+
 // Request counts one answered HTTP request. route is the matched route
 // pattern, "" when none matched (reported as "unmatched", so that unknown
-// paths cannot grow the label set). A body refused on a route that creates
-// intents also counts as an invalid intent.
+// paths cannot grow the label set); a method that is not a standard one
+// counts as "other", and a status outside 100..599 as "other" too. A body
+// refused on a route that creates intents also counts as an invalid intent.
 func (m *Metrics) Request(method, route string, status int, d time.Duration) {
 	if route == "" {
 		route = "unmatched"
 	}
-	m.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
+	method = MethodLabel(method)
+	code := "other"
+	if status >= 100 && status <= 599 {
+		code = strconv.Itoa(status)
+	}
+	m.requests.WithLabelValues(method, route, code).Inc()
 	m.requestSeconds.WithLabelValues(method, route).Observe(d.Seconds())
 	if op, ok := intentRoutes[route]; ok && method == http.MethodPost {
 		switch status {
 		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
-			m.intents.WithLabelValues(op, intent.OutcomeInvalid).Inc()
+			m.intents.WithLabelValues(op, string(intent.OutcomeInvalid)).Inc()
 		}
 	}
 }
 
 // Intent counts one intent's outcome; it has the signature of
 // intent.Service.Observe.
-func (m *Metrics) Intent(operation, outcome string) {
-	m.intents.WithLabelValues(operation, outcome).Inc()
+func (m *Metrics) Intent(operation string, outcome intent.Outcome) {
+	m.intents.WithLabelValues(operation, string(outcome)).Inc()
 }
 
 // Attempt counts one ended task attempt (one of the Attempt* outcomes).
@@ -224,6 +248,6 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	values := []int{counts.Queued, counts.Running, counts.Succeeded, counts.Failed, counts.Canceled}
 	for i, state := range taskStates {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(values[i]), state)
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(values[i]), string(state))
 	}
 }

@@ -194,7 +194,9 @@ type observed struct {
 
 func newObserved() *observed { return &observed{ch: make(chan string, 1000)} }
 
-func (o *observed) fn(channel, outcome string) { o.ch <- channel + ":" + outcome }
+func (o *observed) fn(channel string, outcome publish.Outcome) {
+	o.ch <- channel + ":" + string(outcome)
+}
 
 func (o *observed) next(t *testing.T) string {
 	t.Helper()

@@ -33,7 +33,10 @@ const maxDeliveryAsset = 32 << 20
 // a receiver can tell a retry from a new item, and one that compares
 // payloads under a key finds them equal. A 2xx answer is success; 408, 409, 425, 429, a
 // 5xx or no answer is worth a retry (the runner retries with backoff);
-// any other answer fails the item at once.
+// any other answer fails the item at once. A redirect (3xx) is never
+// followed: it would turn the POST into a GET without the payload, or send
+// the item to a host nobody configured; it fails the item with an error
+// naming the status and the Location.
 type Webhook struct {
 	url    string
 	client *http.Client
@@ -41,7 +44,8 @@ type Webhook struct {
 }
 
 // NewWebhook returns a webhook channel to rawURL (http or https). A nil
-// client is one with DefaultWebhookTimeout.
+// client is one with DefaultWebhookTimeout. The channel uses a copy of the
+// client that never follows redirects.
 func NewWebhook(rawURL string, client *http.Client, blobs BlobOpener) (*Webhook, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -53,6 +57,9 @@ func NewWebhook(rawURL string, client *http.Client, blobs BlobOpener) (*Webhook,
 	if client == nil {
 		client = &http.Client{Timeout: DefaultWebhookTimeout}
 	}
+	c := *client
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	client = &c
 	return &Webhook{url: rawURL, client: client, blobs: blobs}, nil
 }
 
@@ -121,6 +128,9 @@ func (w *Webhook) Publish(ctx context.Context, it store.ClaimedItem) error {
 	switch s := resp.StatusCode; {
 	case s >= 200 && s < 300:
 		return nil
+	case s >= 300 && s < 400:
+		return Permanent(fmt.Errorf("webhook: the receiver answered %d (redirect to %q, not followed) to item %s",
+			s, resp.Header.Get("Location"), it.ItemID))
 	case s == http.StatusRequestTimeout, s == http.StatusConflict, s == http.StatusTooEarly, s == http.StatusTooManyRequests, s >= 500:
 		return fmt.Errorf("webhook: the receiver answered %d to item %s", s, it.ItemID)
 	default:

@@ -1,6 +1,9 @@
 package store
 
 import (
+	"context"
+	"errors"
+	"slices"
 	"testing"
 
 	"studio/intent"
@@ -12,7 +15,7 @@ func TestStateAfterFailure(t *testing.T) {
 		name                 string
 		canceling, permanent bool
 		used, maxAttempts    int
-		want                 string
+		want                 intent.State
 	}{
 		{"transient, attempts left", false, false, 2, 5, intent.StateQueued},
 		{"transient, last attempt used", false, false, 5, 5, intent.StateFailed},
@@ -38,5 +41,66 @@ func TestCountDeltasInIDOrder(t *testing.T) {
 	}
 	if b := d.Of("b"); b.Running != 1 || b.Succeeded != 1 {
 		t.Fatalf("delta of b = %+v", *b)
+	}
+}
+
+func TestCountDeltaMove(t *testing.T) {
+	t.Parallel()
+	var d CountDelta
+	d.Move(intent.StateQueued, intent.StateRunning)
+	if d != (CountDelta{Queued: -1, Running: 1, Started: true}) {
+		t.Fatalf("claim: %+v", d)
+	}
+	d = CountDelta{}
+	d.Move(intent.StateRunning, intent.StateSucceeded)
+	d.Move(intent.StateRunning, intent.StateFailed)
+	d.Move(intent.StateRunning, intent.StateQueued)
+	d.Move(intent.StateQueued, intent.StateCanceled)
+	if d != (CountDelta{Queued: 0, Running: -3, Succeeded: 1, Failed: 1, Canceled: 1}) {
+		t.Fatalf("moves: %+v", d)
+	}
+}
+
+// stepWriter saves the steps of live tasks; of the others, those in
+// canceling are canceled.
+type stepWriter struct {
+	live, canceling map[string]bool
+	broken          string // a task whose write fails the transaction
+	deltas          CountDeltas
+	order           []string
+}
+
+func (w *stepWriter) SaveStep(_ context.Context, st StepSave) (bool, error) {
+	w.order = append(w.order, st.TaskID)
+	if st.TaskID == w.broken {
+		return false, errors.New("disk full")
+	}
+	return w.live[st.TaskID], nil
+}
+
+func (w *stepWriter) CancelIfRequested(_ context.Context, l Lease) error {
+	return CancelRequested(w.deltas, "batch", w.canceling[l.TaskID])
+}
+
+func TestSaveStepsIn(t *testing.T) {
+	t.Parallel()
+	steps := []StepSave{{Lease: Lease{TaskID: "a"}}, {Lease: Lease{TaskID: "b"}}, {Lease: Lease{TaskID: "c"}}}
+	w := &stepWriter{live: map[string]bool{"a": true}, canceling: map[string]bool{"b": true}, deltas: CountDeltas{}}
+	out, err := SaveStepsIn(context.Background(), w, steps, []int{2, 1, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0] != nil || !errors.Is(out[1], ErrTaskCanceled) || !errors.Is(out[2], ErrLeaseLost) {
+		t.Fatalf("answers %v", out)
+	}
+	if !slices.Equal(w.order, []string{"c", "b", "a"}) {
+		t.Fatalf("written in order %v, want c b a", w.order)
+	}
+	if d := *w.deltas["batch"]; d != (CountDelta{Running: -1, Canceled: 1}) {
+		t.Fatalf("deltas %+v", d)
+	}
+	w = &stepWriter{broken: "b", deltas: CountDeltas{}}
+	if _, err := SaveStepsIn(context.Background(), w, steps, InOrder(3)); err == nil {
+		t.Fatal("a failed write did not fail the transaction")
 	}
 }

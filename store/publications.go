@@ -38,7 +38,7 @@ type PublicationStore interface {
 	// FailItem ends an attempt that failed: queued again after f.Backoff,
 	// or failed when permanent or out of attempts; the error is kept. It
 	// answers the new state, or ErrLeaseLost.
-	FailItem(ctx context.Context, f ItemFailure) (state string, err error)
+	FailItem(ctx context.Context, f ItemFailure) (state intent.State, err error)
 	// ReleaseItems hands leases back (a worker stopping): queued again at
 	// once; the attempt counts in attempts but not against the maximum.
 	// Per item: nil or ErrLeaseLost.
@@ -62,7 +62,7 @@ type PublicationItem struct {
 	PublicationID string
 	Actor         string
 	Channel       string
-	State         string
+	State         intent.State
 	Attempts      int
 	Error         string
 	Asset         intent.Asset

@@ -48,6 +48,11 @@ type Store interface {
 	// once on an empty database exactly one creates the first token.
 	CreateTokenIfNone(ctx context.Context, actor, tokenHash string) (created bool, err error)
 
+	// CursorKey returns the secret key that signs list cursors: made (32
+	// random bytes) on the first call on a database and kept in it, so that
+	// every store on one database, in any process, answers the same key.
+	CursorKey(ctx context.Context) ([]byte, error)
+
 	// Ping checks that the database answers and its migrations are applied.
 	Ping(ctx context.Context) error
 	// Close releases the store's connections.
@@ -61,7 +66,7 @@ type ListParams struct {
 	// After is the id of the last record of the previous page.
 	After string
 	// State filters tasks by state when not empty.
-	State string
+	State intent.State
 }
 
 // TaskStore is what workers need: leases on tasks with fences, the steps of
@@ -104,7 +109,7 @@ type TaskStore interface {
 	// failed. The error text is kept either way. It answers the task's new
 	// state (queued, failed, or canceled when the batch was asked to
 	// cancel), or ErrLeaseLost.
-	FailTask(ctx context.Context, f Failure) (state string, err error)
+	FailTask(ctx context.Context, f Failure) (state intent.State, err error)
 	// ReleaseTasks hands leases back (a worker stopping): each task is
 	// queued again at once with its step and reference kept, or canceled
 	// when its batch was asked to cancel. A released attempt still counts

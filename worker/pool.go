@@ -8,25 +8,25 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 
 	"studio/blob"
 	"studio/generator"
 	"studio/intent"
+	"studio/leasequeue"
 	"studio/store"
 )
 
 // Defaults of Config.
 const (
-	DefaultConcurrency = 4
-	DefaultLeaseTTL    = 30 * time.Second
+	DefaultConcurrency = leasequeue.DefaultConcurrency
+	DefaultLeaseTTL    = leasequeue.DefaultLeaseTTL
 	DefaultMaxAttempts = 5
 	DefaultRetryBase   = 500 * time.Millisecond
 	DefaultRetryMax    = time.Minute
-	DefaultGrace       = 10 * time.Second
-	DefaultPollMin     = 20 * time.Millisecond
-	DefaultPollMax     = time.Second
+	DefaultGrace       = leasequeue.DefaultGrace
+	DefaultPollMin     = leasequeue.DefaultPollMin
+	DefaultPollMax     = leasequeue.DefaultPollMax
 	DefaultSweepEvery  = time.Hour
 	DefaultSweepAge    = time.Hour
 	// DefaultStepRecordAfter: steps shorter than this are not recorded.
@@ -43,14 +43,18 @@ const (
 	StepWaited = "waited"
 )
 
+// Outcome is how one attempt at a task ended, for Config.Observe. Its
+// values are the metric label values of studio_attempts_total.
+type Outcome string
+
 // Outcomes of an attempt, for Config.Observe.
 const (
-	OutcomeSucceeded = "succeeded" // the result was recorded
-	OutcomeRetried   = "retried"   // failed, queued again after a backoff
-	OutcomeFailed    = "failed"    // failed for good (permanent, or the last attempt)
-	OutcomeCanceled  = "canceled"  // the batch was canceled while it ran
-	OutcomeReleased  = "released"  // handed back by the pool stopping
-	OutcomeLost      = "lost"      // the lease was lost: nothing recorded
+	OutcomeSucceeded Outcome = "succeeded" // the result was recorded
+	OutcomeRetried   Outcome = "retried"   // failed, queued again after a backoff
+	OutcomeFailed    Outcome = "failed"    // failed for good (permanent, or the last attempt)
+	OutcomeCanceled  Outcome = "canceled"  // the batch was canceled while it ran
+	OutcomeReleased  Outcome = "released"  // handed back by the pool stopping
+	OutcomeLost      Outcome = "lost"      // the lease was lost: nothing recorded
 )
 
 // Generators finds a task's generator by id. *generator.Registry is one;
@@ -80,12 +84,15 @@ type Config struct {
 	// StepRecordAfter: a step is recorded only once redoing it would take
 	// this long (see the package doc); negative records every step at once.
 	StepRecordAfter time.Duration
+	// Batches, when set, reads the batches this pool ran tasks of, to log
+	// each once it has ended ("batch finished").
+	Batches BatchReader
 	// Limiter bounds each generator's concurrency (max_concurrency); nil
 	// means no bound but Concurrency.
 	Limiter Limiter
 	// Observe, when set, is told how each attempt this pool ran ended: one
 	// of the Outcome values (for metrics). It must not block.
-	Observe func(outcome string)
+	Observe func(outcome Outcome)
 	// Logger gets what the pool does; nil discards.
 	Logger *slog.Logger
 	// Owner names this pool's leases; random by default.
@@ -142,7 +149,7 @@ func (c *Config) withDefaults() (Config, error) {
 		out.Now = time.Now
 	}
 	if out.Observe == nil {
-		out.Observe = func(string) {}
+		out.Observe = func(Outcome) {}
 	}
 	if out.NewID == nil {
 		out.NewID = intent.NewID
@@ -159,12 +166,23 @@ func (c *Config) withDefaults() (Config, error) {
 
 // Pool runs tasks: Start begins claiming, Stop stops gracefully. Both are
 // safe to call any number of times and in any order; a Pool stopped can be
-// started again.
+// started again. The claiming, renewing and stopping are a
+// leasequeue.Runner's; the pool is its task handler.
 type Pool struct {
+	runner *leasequeue.Runner[*taskRun]
+}
+
+// tasks is the pool's handler of the lease runner: what a task is and how
+// it is run and recorded.
+type tasks struct {
 	cfg Config
 
-	mu  sync.Mutex
-	cur *run // nil while stopped
+	runSlots chan struct{} // one per running task
+
+	stepWriter  *leasequeue.Batcher[store.StepSave, error]
+	completions *leasequeue.Batcher[store.Completion, store.CompletionResult]
+
+	batchEnds *batchEnds // nil without Config.Batches
 }
 
 // New checks cfg and returns a stopped pool.
@@ -173,58 +191,53 @@ func New(cfg Config) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pool{cfg: c}, nil
+	h := &tasks{
+		cfg:         c,
+		runSlots:    make(chan struct{}, c.Concurrency),
+		stepWriter:  leasequeue.NewBatcher(leasequeue.MaxHeld, c.Store.SaveSteps),
+		completions: leasequeue.NewBatcher(leasequeue.MaxHeld, c.Store.CompleteTasks),
+	}
+	loops := []func(context.Context){h.stepWriter.Loop, h.completions.Loop}
+	if c.SweepEvery > 0 {
+		loops = append(loops, h.sweepLoop)
+	}
+	if c.Batches != nil {
+		h.batchEnds = &batchEnds{read: c.Batches, seen: map[string]string{}, done: map[string]struct{}{}}
+		loops = append(loops, h.batchEndLoop)
+	}
+	r, err := leasequeue.New(leasequeue.Config{
+		Owner:       c.Owner,
+		Concurrency: c.Concurrency,
+		ClaimAhead:  true,
+		LeaseTTL:    c.LeaseTTL,
+		Grace:       c.Grace,
+		PollMin:     c.PollMin,
+		PollMax:     c.PollMax,
+		Loops:       loops,
+		Logger:      c.Logger,
+		Now:         c.Now,
+		OnStart: func() {
+			c.Logger.Info("workers started", "owner", c.Owner, "concurrency", c.Concurrency,
+				"lease_ttl", c.LeaseTTL.String(), "max_attempts", c.MaxAttempts)
+		},
+		OnStop: func() { c.Logger.Info("workers stopped", "owner", c.Owner) },
+	}, h)
+	if err != nil {
+		return nil, fmt.Errorf("new worker pool: %w", err)
+	}
+	return &Pool{runner: r}, nil
 }
-
-// Owner is the name on this pool's leases.
-func (p *Pool) Owner() string { return p.cfg.Owner }
 
 // Start begins claiming and running tasks, in goroutines that live until
 // Stop (ctx only carries values). Starting a started pool does nothing;
 // starting a pool that is stopping waits for the stop to end, then starts.
-func (p *Pool) Start(ctx context.Context) error {
-	for {
-		p.mu.Lock()
-		r := p.cur
-		if r == nil {
-			p.cur = newRun(context.WithoutCancel(ctx), p.cfg)
-			p.cur.start()
-			p.mu.Unlock()
-			return nil
-		}
-		p.mu.Unlock()
-		if !r.isStopping() {
-			return nil
-		}
-		select {
-		case <-r.done:
-			p.mu.Lock()
-			if p.cur == r {
-				p.cur = nil
-			}
-			p.mu.Unlock()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
+func (p *Pool) Start(ctx context.Context) error { return p.runner.Start(ctx) }
 
 // Stop stops claiming, lets running steps end within Grace (or until ctx
 // ends), hands the leases of unfinished tasks back, and returns once every
 // task and loop of the pool has ended. Stopping a stopped pool does
 // nothing; concurrent calls all wait for the one stop.
 func (p *Pool) Stop(ctx context.Context) error {
-	p.mu.Lock()
-	r := p.cur
-	p.mu.Unlock()
-	if r == nil {
-		return nil
-	}
-	r.stop(ctx)
-	p.mu.Lock()
-	if p.cur == r {
-		p.cur = nil
-	}
-	p.mu.Unlock()
+	p.runner.Stop(ctx)
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"studio/intent"
 	"studio/store"
 )
 
@@ -122,7 +123,7 @@ func (s *spy) CompleteTasks(ctx context.Context, cs []store.Completion) ([]store
 	return res, err
 }
 
-func (s *spy) FailTask(ctx context.Context, f store.Failure) (string, error) {
+func (s *spy) FailTask(ctx context.Context, f store.Failure) (intent.State, error) {
 	s.gate()
 	st, err := s.TaskStore.FailTask(ctx, f)
 	if err == nil {

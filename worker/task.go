@@ -13,6 +13,7 @@ import (
 	"studio/blob"
 	"studio/generator"
 	"studio/intent"
+	"studio/leasequeue"
 	"studio/store"
 )
 
@@ -34,7 +35,7 @@ func (r *run) execute(tr *taskRun) error {
 	defer stopWaiting(nil)
 	var mu sync.Mutex
 	started, handedBack := false, false
-	unwatch := context.AfterFunc(r.stopCtx, func() {
+	unwatch := context.AfterFunc(r.s.StopContext(), func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if !started {
@@ -59,9 +60,9 @@ func (r *run) execute(tr *taskRun) error {
 		started = true
 		mu.Unlock()
 		start := r.cfg.Now()
-		a, err := r.steps(tr, ctx, gen)
+		a, err := r.steps(ctx, tr, gen)
 		if err == nil {
-			r.observe(r.cfg.Now().Sub(start))
+			r.s.Observe(r.cfg.Now().Sub(start))
 			result = &a
 		}
 		if err != nil && ctx.Err() != nil && tr.ctx.Err() == nil {
@@ -93,20 +94,20 @@ func (r *run) execute(tr *taskRun) error {
 // all, and a worker that takes it over submits again, under the same key,
 // which gives the same reference. Between steps it hands the lease back if
 // the pool is stopping, recording where it is first.
-func (r *run) steps(tr *taskRun, ctx context.Context, gen generator.Generator) (intent.Asset, error) {
+func (r *run) steps(ctx context.Context, tr *taskRun, gen generator.Generator) (intent.Asset, error) {
 	step, ref := tr.c.Step, tr.c.ProviderRef
 	for {
-		if r.isStopping() {
+		if r.s.Stopping() {
 			return intent.Asset{}, errHandBack
 		}
 		switch step {
 		case StepSubmitted:
-			if err := r.wait(tr, ctx, gen, ref); err != nil {
+			if err := r.wait(ctx, tr, gen, ref); err != nil {
 				return intent.Asset{}, err
 			}
 			step = StepWaited
 		case StepWaited:
-			return r.finish(tr, ctx, gen, ref)
+			return r.finish(ctx, tr, gen, ref)
 		default:
 			var err error
 			if ref, err = gen.Submit(ctx, tr.job); err != nil {
@@ -122,7 +123,7 @@ func (r *run) steps(tr *taskRun, ctx context.Context, gen generator.Generator) (
 // the wait has run StepRecordAfter (a lost lease or a canceled batch found
 // then stops the wait at once); "waited" is recorded after a wait that
 // long.
-func (r *run) wait(tr *taskRun, ctx context.Context, gen generator.Generator, ref string) error {
+func (r *run) wait(ctx context.Context, tr *taskRun, gen generator.Generator, ref string) error {
 	start := r.cfg.Now()
 	var timer *time.Timer
 	var saved chan error
@@ -161,7 +162,7 @@ func (r *run) saveStep(tr *taskRun, step, ref string) error {
 	if err := tr.ctx.Err(); err != nil {
 		return context.Cause(tr.ctx)
 	}
-	err, txErr := r.stepWriter.do(store.StepSave{Lease: tr.c.Lease, Step: step, ProviderRef: ref})
+	err, txErr := r.stepWriter.Do(store.StepSave{Lease: tr.c.Lease, Step: step, ProviderRef: ref})
 	if txErr != nil {
 		return fmt.Errorf("save step %s: %w", step, txErr)
 	}
@@ -171,7 +172,7 @@ func (r *run) saveStep(tr *taskRun, step, ref string) error {
 // finish stores the image and answers the asset to record. A task
 // resumed after an earlier try first looks for an asset already stored for
 // it.
-func (r *run) finish(tr *taskRun, ctx context.Context, gen generator.Generator, ref string) (intent.Asset, error) {
+func (r *run) finish(ctx context.Context, tr *taskRun, gen generator.Generator, ref string) (intent.Asset, error) {
 	if tr.c.Attempt > 1 {
 		a, err := r.cfg.Store.AssetForTask(ctx, tr.c.TaskID)
 		switch {
@@ -206,10 +207,10 @@ func (r *run) finish(tr *taskRun, ctx context.Context, gen generator.Generator, 
 // A pool stopping still records a result it has: the write is short, and
 // handing the lease back would only make another worker redo the task.
 func (r *run) complete(tr *taskRun, a intent.Asset) error {
-	if cause := context.Cause(tr.ctx); cause != nil && !errors.Is(cause, errStopping) {
+	if cause := context.Cause(tr.ctx); cause != nil && !errors.Is(cause, leasequeue.ErrStopping) {
 		return cause
 	}
-	res, txErr := r.completions.do(store.Completion{Lease: tr.c.Lease, Asset: a})
+	res, txErr := r.completions.Do(store.Completion{Lease: tr.c.Lease, Asset: a})
 	if txErr != nil {
 		return fmt.Errorf("complete: %w", txErr)
 	}
@@ -230,7 +231,7 @@ func (r *run) settle(tr *taskRun, err error) {
 	switch {
 	case err == nil:
 		return
-	case errors.Is(err, store.ErrLeaseLost), errors.Is(cause, errLeaseLost):
+	case errors.Is(err, store.ErrLeaseLost), errors.Is(cause, store.ErrLeaseLost):
 		r.cfg.Observe(OutcomeLost)
 		log.Info("lease lost: the task is left to its new holder, nothing recorded")
 		return
@@ -238,7 +239,7 @@ func (r *run) settle(tr *taskRun, err error) {
 		r.cfg.Observe(OutcomeCanceled)
 		log.Info("task canceled with its batch")
 		return
-	case errors.Is(cause, errCancelRequested):
+	case errors.Is(cause, leasequeue.ErrCanceled):
 		r.release(tr, log, "batch canceled", true)
 		return
 	case tr.ctx.Err() != nil, errors.Is(err, errHandBack):
@@ -247,8 +248,8 @@ func (r *run) settle(tr *taskRun, err error) {
 	}
 	permanent := generator.IsPermanent(err)
 	msg := fmt.Sprintf("attempt %d: %v", tr.c.Attempt, err)
-	backoff := Backoff(r.cfg.RetryBase, r.cfg.RetryMax, tr.c.Attempt, rand.Float64())
-	ctx, cancel := context.WithTimeout(r.bg, storeTimeout)
+	backoff := leasequeue.Backoff(r.cfg.RetryBase, r.cfg.RetryMax, tr.c.Attempt, rand.Float64())
+	ctx, cancel := context.WithTimeout(r.s.Background(), storeTimeout)
 	defer cancel()
 	if d, ok := generator.RetryAfter(err); ok && !permanent && d > backoff {
 		// The provider said when to come back (429, 503 Retry-After).
@@ -278,7 +279,7 @@ func (r *run) settle(tr *taskRun, err error) {
 // release hands a lease back, recording first the step the task reached
 // if it was not recorded yet, so that the next holder resumes there.
 func (r *run) release(tr *taskRun, log *slog.Logger, why string, canceled bool) {
-	ctx, cancel := context.WithTimeout(r.bg, storeTimeout)
+	ctx, cancel := context.WithTimeout(r.s.Background(), storeTimeout)
 	defer cancel()
 	if tr.unrecorded != nil {
 		if errs, err := r.cfg.Store.SaveSteps(ctx, []store.StepSave{*tr.unrecorded}); err != nil || errs[0] != nil {

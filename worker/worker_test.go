@@ -85,8 +85,8 @@ func TestTransientFailuresRetry(t *testing.T) {
 	e := newEnv(t)
 	nb := e.batch(spec{frames: 3, params: `{"fail_attempts":2,"height":16,"width":16}`})
 	var mu sync.Mutex
-	outcomes := map[string]int{}
-	pool := e.pool(worker.Config{MaxAttempts: 5, Observe: func(o string) { mu.Lock(); outcomes[o]++; mu.Unlock() }})
+	outcomes := map[worker.Outcome]int{}
+	pool := e.pool(worker.Config{MaxAttempts: 5, Observe: func(o worker.Outcome) { mu.Lock(); outcomes[o]++; mu.Unlock() }})
 	b := e.waitBatch("alice", nb.ID, ended)
 	if b.State != intent.StateSucceeded {
 		t.Fatalf("batch = %+v", b)
@@ -526,31 +526,6 @@ func TestGeneratorLimit(t *testing.T) {
 	}
 	if m.maxRunning <= 2 {
 		t.Fatalf("mosaic, unlimited, ran at most %d at once", m.maxRunning)
-	}
-}
-
-func TestBackoff(t *testing.T) {
-	t.Parallel()
-	base, capd := 500*time.Millisecond, time.Minute
-	cases := []struct {
-		attempt int
-		r       float64
-		want    time.Duration
-	}{
-		{1, 0, 250 * time.Millisecond},
-		{1, 0.999999, 500 * time.Millisecond},
-		{2, 0, 500 * time.Millisecond},
-		{3, 0.5, 1500 * time.Millisecond},
-		{7, 0, 16 * time.Second},
-		{8, 0, 30 * time.Second}, // 64 s capped at 1 min
-		{9, 0.999999, time.Minute},
-		{1000, 0.5, 45 * time.Second},
-	}
-	for _, c := range cases {
-		got := worker.Backoff(base, capd, c.attempt, c.r)
-		if got.Round(time.Millisecond) != c.want {
-			t.Errorf("Backoff(attempt %d, r %v) = %v, want %v", c.attempt, c.r, got, c.want)
-		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"studio/bench"
 	"studio/store/postgres/pgtest"
 )
 
@@ -106,8 +107,8 @@ func TestBenchTableAndOps(t *testing.T) {
 	if code := run(context.Background(), []string{"bench", "--ops", "commit,nope"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `no operation "nope"`) {
 		t.Fatalf("unknown op: exit %d, %q", code, stderr.String())
 	}
-	for list, want := range map[string]int{"": len(benchOps), "commit": 3, "lock_hold,commit_600": 3, "drain": 2, "replay": 1} {
-		ops, err := selectOps(list)
+	for list, want := range map[string]int{"": len(bench.Ops()), "commit": 3, "lock_hold,commit_600": 3, "drain": 2, "replay": 1} {
+		ops, err := bench.Select(list)
 		if err != nil || len(ops) != want {
 			t.Errorf("selectOps(%q): %d ops, %v; want %d", list, len(ops), err, want)
 		}
@@ -129,7 +130,7 @@ func TestBenchPostgres(t *testing.T) {
 		t.Fatalf("%d lines:\n%s", len(lines), stdout.String())
 	}
 	for _, line := range lines {
-		var r benchResult
+		var r bench.Result
 		err := json.Unmarshal([]byte(line), &r)
 		wantN := 3
 		if r.Op == "drain_4" {

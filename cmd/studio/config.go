@@ -31,11 +31,15 @@ type Config struct {
 	Synchronous   string
 	Grace         time.Duration
 	WebhookURL    string
+	// Limits (limits.go).
+	BodyTimeout     time.Duration
+	WriteStall      time.Duration
+	MaxUploadPixels int64
 }
 
 // DefaultConfig is the configuration with no flags and no environment.
 func DefaultConfig() Config {
-	return Config{
+	c := Config{
 		Data:          "./studio-data",
 		Addr:          "127.0.0.1:7070",
 		Workers:       4,
@@ -47,6 +51,8 @@ func DefaultConfig() Config {
 		Synchronous:   "FULL",
 		Grace:         10 * time.Second,
 	}
+	limitDefaults(&c)
+	return c
 }
 
 // flagSpec binds one flag to its environment variable.
@@ -118,6 +124,15 @@ func newFlagSet(cmd string, cfg *Config, stderr io.Writer, names ...string) (*fl
 	add("webhook-url", "STUDIO_WEBHOOK_URL", func() {
 		fs.StringVar(&cfg.WebhookURL, "webhook-url", cfg.WebhookURL, "URL the webhook publication channel POSTs each item to; empty = no webhook channel (env STUDIO_WEBHOOK_URL)")
 	})
+	add("body-timeout", "STUDIO_BODY_TIMEOUT", func() {
+		fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout, "time to read a request body; slower is 408 and the connection closed; 0 = no limit (env STUDIO_BODY_TIMEOUT)")
+	})
+	add("write-stall", "STUDIO_WRITE_STALL", func() {
+		fs.DurationVar(&cfg.WriteStall, "write-stall", cfg.WriteStall, "an answer whose write makes no progress this long is cut; 0 = no limit (env STUDIO_WRITE_STALL)")
+	})
+	add("max-upload-pixels", "STUDIO_MAX_UPLOAD_PIXELS", func() {
+		fs.Int64Var(&cfg.MaxUploadPixels, "max-upload-pixels", cfg.MaxUploadPixels, "largest uploaded image, in pixels (width x height) (env STUDIO_MAX_UPLOAD_PIXELS)")
+	})
 	applyEnv := func() error {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -164,6 +179,7 @@ func (c *Config) validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.validateFlags()...)
 	return errors.Join(errs...)
 }
 

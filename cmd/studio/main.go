@@ -106,7 +106,8 @@ func parse(fs *flag.FlagSet, args []string, applyEnv func() error) error {
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, mode string) error {
 	cfg := DefaultConfig()
 	names := []string{"data", "addr", "workers", "lease-ttl", "max-batch-tasks", "max-attempts", "retry-base",
-		"catalog", "database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace", "webhook-url"}
+		"catalog", "database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace", "webhook-url",
+		"body-timeout", "write-stall", "max-upload-pixels"}
 	if mode == modeWorker {
 		names = []string{"data", "concurrency", "lease-ttl", "max-attempts", "retry-base", "catalog",
 			"database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace", "webhook-url"}
@@ -134,12 +135,20 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parse(fs, args, applyEnv); err != nil {
 		return err
 	}
-	s, err := openStore(ctx, cfg)
+	e, err := openEngine(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	fmt.Fprintln(stdout, "migrations applied")
+	defer e.store.Close()
+	applied := e.applied
+	for _, name := range applied {
+		fmt.Fprintln(stdout, "applied", name)
+	}
+	if len(applied) == 0 {
+		fmt.Fprintln(stdout, "no migrations to apply: the database is up to date")
+	} else {
+		fmt.Fprintf(stdout, "%d migrations applied: the database is up to date\n", len(applied))
+	}
 	return nil
 }
 

@@ -97,15 +97,21 @@ func startProcess(t *testing.T, env []string, args ...string) *proc {
 	cmd.Env = append(cmd.Env, "STUDIO_LOG_LEVEL=debug")
 	p := &proc{t: t, cmd: cmd, stdout: &syncBuffer{}, logs: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout = p.stdout
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Not StderrPipe: Wait closes that pipe as soon as the process exits,
+	// losing the last lines not yet read. Wait copies into this one to the
+	// end.
+	stderr, stderrW := io.Pipe()
+	cmd.Stderr = stderrW
+	scanned := make(chan struct{})
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	addr := make(chan string, 1)
 	go func() {
+		defer func() {
+			io.Copy(io.Discard, stderr) // a line too long for the scanner
+			close(scanned)
+		}()
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
@@ -125,6 +131,8 @@ func startProcess(t *testing.T, env []string, args ...string) *proc {
 	}()
 	go func() {
 		p.err = cmd.Wait()
+		stderrW.Close()
+		<-scanned
 		close(p.done)
 	}()
 	t.Cleanup(func() {

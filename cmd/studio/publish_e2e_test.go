@@ -46,7 +46,7 @@ type assetAnswer struct {
 type publicationAnswer struct {
 	ID        string        `json:"id"`
 	RequestID string        `json:"request_id"`
-	State     string        `json:"state"`
+	State     intent.State  `json:"state"`
 	BatchID   string        `json:"batch_id"`
 	Channel   string        `json:"channel"`
 	ItemCount int           `json:"item_count"`
@@ -274,7 +274,7 @@ func TestUploadsAndPublicationsInProcess(t *testing.T) {
 	if resp, err := c.do(ctx, "POST", "/v1/generations", generation("walk-1", "f01", "f02"), &batch); err != nil || resp.StatusCode != http.StatusCreated {
 		t.Fatalf("generation: %v %v", resp, err)
 	}
-	assets := makeAssets(t, m.store, m.blobs.(blob.Store), "local", batch.ID)
+	assets := makeAssets(t, m.store, m.blobs, "local", batch.ID)
 	pubReq := map[string]any{"request_id": "pub-1", "batch_id": batch.ID, "asset_ids": assets}
 	var pub publicationAnswer
 	resp, err = c.do(ctx, "POST", "/v1/publications", pubReq, &pub)

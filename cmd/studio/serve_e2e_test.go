@@ -13,13 +13,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"studio/intent"
 )
 
 type batchAnswer struct {
-	ID        string `json:"id"`
-	RequestID string `json:"request_id"`
-	State     string `json:"state"`
-	TaskCount int    `json:"task_count"`
+	ID        string       `json:"id"`
+	RequestID string       `json:"request_id"`
+	State     intent.State `json:"state"`
+	TaskCount int          `json:"task_count"`
 }
 
 func generation(requestID string, frames ...string) map[string]any {
@@ -212,6 +214,27 @@ func raceTwoServeProcesses(t *testing.T, lockStore string) {
 		t.Fatalf("%d plans for %d ids", plans, ids)
 	}
 	t.Logf("lock store %s: %d plans for %d ids x %d tries", lockStore, plans, ids, tries)
+}
+
+// TestMigrateSaysWhatItApplied: `studio migrate` names each migration it
+// applies, and says when there was none to apply.
+func TestMigrateSaysWhatItApplied(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"migrate", "--data", data}, &out, &errb); code != 0 {
+		t.Fatalf("migrate: %d %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "applied 0001_core\n") || !strings.Contains(out.String(), "migrations applied: the database is up to date") {
+		t.Fatalf("first migrate printed %q", out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"migrate", "--data", data}, &out, &errb); code != 0 {
+		t.Fatalf("migrate again: %d %s", code, errb.String())
+	}
+	if got := out.String(); got != "no migrations to apply: the database is up to date\n" {
+		t.Fatalf("second migrate printed %q", got)
+	}
 }
 
 func TestCommandLine(t *testing.T) {

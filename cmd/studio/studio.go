@@ -9,18 +9,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"studio/blob"
 	"studio/httpapi"
 	"studio/metrics"
 	"studio/store"
-	"studio/store/postgres"
-	"studio/store/sqlite"
 )
 
 // Modes of a running process.
@@ -38,8 +37,9 @@ type Main struct {
 	Stdout io.Writer
 	Logger *slog.Logger
 
-	store     store.Store
-	blobs     httpapi.Blobs
+	engine    *engine
+	store     store.Store // engine.store
+	blobs     blob.Store
 	ln        net.Listener
 	server    *http.Server
 	debug     *http.Server
@@ -58,21 +58,27 @@ func NewMain(cfg Config, mode string, stdout, stderr io.Writer) *Main {
 // starts the workers and the HTTP server, and returns.
 func (m *Main) Run(ctx context.Context) error {
 	cfg := m.Config
-	s, err := openStore(ctx, cfg)
+	if err := makeDataDir(cfg.Data); err != nil {
+		return err
+	}
+	e, err := openEngine(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	m.store = s
-	m.onClose(func(context.Context) error { return s.Close() })
+	m.engine, m.store = e, e.store
+	m.onClose(func(context.Context) error { return e.store.Close() })
+	for _, name := range e.applied {
+		m.Logger.Info("migration applied", "migration", name)
+	}
 
+	deps, err := m.build(ctx)
+	if err != nil {
+		return err
+	}
 	if m.Mode == modeServe {
 		if err := m.ensureFirstToken(ctx); err != nil {
 			return err
 		}
-	}
-	deps, err := m.build(ctx)
-	if err != nil {
-		return err
 	}
 	if err := m.startWorkers(ctx, deps); err != nil {
 		return err
@@ -128,22 +134,17 @@ func (m *Main) startHTTP(deps *deps) error {
 		return fmt.Errorf("listen on %s: %w", m.Config.Addr, err)
 	}
 	m.ln = ln
-	m.server = &http.Server{
-		Handler:           deps.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
-	}
+	open := new(atomic.Int64)
+	m.server = m.newHTTPServer(deps.handler, open)
 	go func() {
 		if err := m.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.Logger.Error("http server stopped", "err", err)
 		}
 	}()
 	m.onClose(func(ctx context.Context) error {
-		if err := m.server.Shutdown(ctx); err != nil {
-			return fmt.Errorf("stop http: %w", err)
-		}
-		return nil
+		grace, cancel := context.WithTimeout(ctx, m.Config.Grace)
+		defer cancel()
+		return stopHTTP(ctx, m.server, open, grace, m.Logger)
 	})
 	if deps.lockAPI != nil {
 		// Held locks and waiting acquires end as shutdown begins, so that
@@ -151,7 +152,7 @@ func (m *Main) startHTTP(deps *deps) error {
 		m.server.RegisterOnShutdown(func() { _ = deps.lockAPI.Close() })
 	}
 	m.Logger.Info("serving", "addr", ln.Addr().String(), "mode", m.Mode, "workers", m.Config.Workers,
-		"database", m.databaseName())
+		"database", m.engine.name)
 	return nil
 }
 
@@ -177,29 +178,6 @@ func (m *Main) startDebug() error {
 	return nil
 }
 
-func (m *Main) databaseName() string {
-	if m.Config.isPostgres() {
-		return "postgres"
-	}
-	return "sqlite:" + m.Config.sqlitePath()
-}
-
-// openStore opens the configured database and applies pending migrations.
-func openStore(ctx context.Context, cfg Config) (store.Store, error) {
-	if cfg.isPostgres() {
-		s, err := postgres.Open(ctx, postgres.Config{URL: cfg.Database})
-		if err != nil {
-			return nil, fmt.Errorf("open database: %w", err)
-		}
-		return s, nil
-	}
-	s, err := sqlite.Open(ctx, sqlite.Config{Path: cfg.sqlitePath(), Synchronous: cfg.Synchronous})
-	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
-	}
-	return s, nil
-}
-
 // ensureFirstToken creates a token for the actor "local" when the store has
 // none at all, writes it to DATA/token (0600) and prints it once. Of
 // processes starting at once on one empty database, one creates it.
@@ -217,16 +195,22 @@ func (m *Main) ensureFirstToken(ctx context.Context) error {
 		return err
 	}
 	path := filepath.Join(m.Config.Data, "token")
-	if err := os.MkdirAll(m.Config.Data, 0o755); err != nil {
-		return fmt.Errorf("create data directory: %w", err)
-	}
-	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+	written, err := writeTokenFile(m.Config.Data, token)
+	switch {
+	case err != nil:
 		// The token is stored (hashed) and printed below; only the file
 		// copy is missing.
 		m.Logger.Error("could not write the token file", "file", path, "err", err)
+		fmt.Fprintf(m.Stdout, "Created a token for the actor \"local\" (shown only now; not written: %v):\n%s\n", err, token)
+	case !written:
+		// The file is another database's token (say, a SQLite server's,
+		// and this is PostgreSQL): it stays as it is.
+		m.Logger.Warn("the token file exists: the new token was not written", "file", path)
+		fmt.Fprintf(m.Stdout, "Created a token for the actor \"local\" (shown only now; not written: %s already exists, perhaps for another database):\n%s\n", path, token)
+	default:
+		fmt.Fprintf(m.Stdout, "Created a token for the actor \"local\" (also in %s; shown only now):\n%s\n", path, token)
 	}
-	fmt.Fprintf(m.Stdout, "Created a token for the actor \"local\" (also in %s; shown only now):\n%s\n", path, token)
-	m.Logger.Info("created the first token", "actor", "local", "file", path)
+	m.Logger.Info("created the first token", "actor", "local", "file", path, "written", written)
 	return nil
 }
 

@@ -3,20 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"time"
 
 	"studio/httpapi"
 	"studio/intent"
 	"studio/locks"
-	"studio/locks/pglock"
-	"studio/locks/sqlitelock"
 	"studio/lockservice"
 	"studio/metrics"
 	"studio/planner"
-	"studio/store/postgres"
-	"studio/store/sqlite"
 )
 
 // deps are the objects a process is wired from: config to objects, nothing
@@ -26,13 +20,15 @@ type deps struct {
 	locks   *locks.Engine
 	service *intent.Service
 	metrics *metrics.Metrics
+	wrap    wrappers
 	pubs    *pubDeps
 	lockAPI *lockservice.Service
 	handler http.Handler
 }
 
-// build makes the catalog, the lock engine, the intent service and (for
-// serve) the HTTP handler.
+// build makes, in this order, the catalog, the asset store, the lock
+// engine, the metrics, the publication channels and uploads, the intent
+// service and (for serve) the HTTP handler.
 func (m *Main) build(ctx context.Context) (*deps, error) {
 	cfg := m.Config
 	d := &deps{}
@@ -45,6 +41,11 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	} else {
 		d.catalog = planner.EmbeddedCatalog()
 	}
+	blobs, err := m.engine.blobs()
+	if err != nil {
+		return nil, err
+	}
+	m.blobs = blobs
 	lockStore, err := m.lockStore()
 	if err != nil {
 		return nil, err
@@ -52,21 +53,25 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	d.locks = locks.New(lockStore)
 	m.onClose(func(context.Context) error { return d.locks.Close() })
 
-	if d.metrics, err = m.newMetrics(); err != nil {
+	d.metrics = metrics.New()
+	if err := m.engine.collect(d.metrics); err != nil {
 		return nil, err
 	}
 	m.metrics = d.metrics
+	d.wrap = wrappers{log: m.Logger, metrics: d.metrics, locks: d.locks}
 
+	if d.pubs, err = m.buildPublications(d); err != nil {
+		return nil, err
+	}
 	p := planner.New(d.catalog)
 	p.MaxTasks = cfg.MaxBatchTasks
 	d.service = &intent.Service{
-		Store:   d.metrics.IntentStore(m.store),
-		Planner: d.metrics.Planner(loggedPlanner{p, m.Logger}),
-		Locker:  d.metrics.Locker("intent", engineLocker{d.locks}),
-		Observe: d.metrics.Intent,
-	}
-	if d.pubs, err = m.buildPublications(d); err != nil {
-		return nil, err
+		Store:        d.wrap.intentStore(m.store),
+		Planner:      d.wrap.planner(p),
+		Locker:       d.wrap.locker("intent"),
+		Observe:      d.metrics.Intent,
+		Publications: m.store,
+		Channels:     d.pubs.channelNames(),
 	}
 	if m.Mode == modeServe {
 		if d.lockAPI, err = m.buildLockAPI(d); err != nil {
@@ -76,8 +81,17 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	if m.Mode != modeServe {
 		return d, nil
 	}
+	cursorKey, err := m.store.CursorKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	uploadDir, err := m.uploadDir()
+	if err != nil {
+		return nil, err
+	}
 	srv, err := httpapi.New(httpapi.Config{
-		Generations:  loggedService{d.service, m.Logger},
+		CursorKey:    cursorKey,
+		Generations:  d.wrap.generations(d.service),
 		Store:        m.store,
 		Blobs:        m.blobs,
 		Uploads:      d.pubs.uploads,
@@ -85,7 +99,9 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		Locks:        d.lockAPI,
 		Logger:       m.Logger,
 		Metrics:      d.metrics.Handler(),
-		Observe:      observeRequests(d.metrics),
+		Observe:      d.wrap.requests(),
+		Limits:       cfg.httpLimits(),
+		UploadDir:    uploadDir,
 	})
 	if err != nil {
 		return nil, err
@@ -100,40 +116,12 @@ func (m *Main) lockStore() (locks.Store, error) {
 	if m.Config.lockStore() == "memory" {
 		return locks.NewMemoryStore(), nil
 	}
-	// The lock packages create their own tables if missing; studio's
-	// migration 0002 made them already.
-	switch s := m.store.(type) {
-	case *sqlite.Store:
-		return sqlitelock.New(context.Background(), s.DB())
-	case *postgres.Store:
-		return pglock.New(context.Background(), s.Pool())
-	default:
+	e := m.engine
+	if e == nil {
+		e = engineOf(m.store, m.Config)
+	}
+	if e == nil || e.lockStore == nil {
 		return nil, fmt.Errorf("--lock-store db is not available for %T", m.store)
 	}
-}
-
-// engineLocker adapts the lock engine to the intent service's Locker port.
-type engineLocker struct{ e *locks.Engine }
-
-func (l engineLocker) Hold(ctx context.Context, key string, fn func(context.Context) error) error {
-	return l.e.Hold(ctx, key, func(ctx context.Context, _ *locks.Lease) error { return fn(ctx) })
-}
-
-// loggedPlanner logs every plan made (at debug level): how many tasks, how
-// long it took.
-type loggedPlanner struct {
-	p   intent.Planner
-	log *slog.Logger
-}
-
-func (l loggedPlanner) PlanGeneration(ctx context.Context, actor string, in *intent.GenerationInput) ([]intent.PlannedTask, error) {
-	start := time.Now()
-	tasks, err := l.p.PlanGeneration(ctx, actor, in)
-	l.log.Debug("planned", "actor", actor, "tasks", len(tasks), "ok", err == nil, "duration_ms", msSince(start))
-	return tasks, err
-}
-
-// msSince is the time since start in milliseconds, for log lines.
-func msSince(start time.Time) float64 {
-	return float64(time.Since(start).Microseconds()) / 1000
+	return e.lockStore(context.Background())
 }

@@ -26,23 +26,23 @@ import (
 
 // taskAnswer is a task as GET /v1/batches/{id}/tasks lists it.
 type taskAnswer struct {
-	ID         string  `json:"id"`
-	BatchID    string  `json:"batch_id"`
-	Collection string  `json:"collection"`
-	Frame      string  `json:"frame"`
-	Generator  string  `json:"generator"`
-	Candidate  int     `json:"candidate"`
-	State      string  `json:"state"`
-	Attempts   int     `json:"attempts"`
-	AssetID    *string `json:"asset_id"`
-	Error      *string `json:"error"`
-	UpdatedAt  string  `json:"updated_at"`
+	ID         string       `json:"id"`
+	BatchID    string       `json:"batch_id"`
+	Collection string       `json:"collection"`
+	Frame      string       `json:"frame"`
+	Generator  string       `json:"generator"`
+	Candidate  int          `json:"candidate"`
+	State      intent.State `json:"state"`
+	Attempts   int          `json:"attempts"`
+	AssetID    *string      `json:"asset_id"`
+	Error      *string      `json:"error"`
+	UpdatedAt  string       `json:"updated_at"`
 }
 
 // fullBatch is a batch answer with its counts.
 type fullBatch struct {
 	ID        string        `json:"id"`
-	State     string        `json:"state"`
+	State     intent.State  `json:"state"`
 	TaskCount int           `json:"task_count"`
 	Counts    intent.Counts `json:"counts"`
 	UpdatedAt string        `json:"updated_at"`

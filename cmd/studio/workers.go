@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"studio/metrics"
 	"studio/worker"
 )
 
@@ -18,10 +17,6 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	cfg := m.Config
 	if cfg.Workers == 0 {
 		return nil
-	}
-	blobs, err := m.assetBlobs()
-	if err != nil {
-		return err
 	}
 	reg, err := m.generators(d)
 	if err != nil {
@@ -44,7 +39,8 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	p, err := worker.New(worker.Config{
 		Store:       m.store,
 		Generators:  reg,
-		Blobs:       blobs,
+		Blobs:       m.blobs,
+		Batches:     m.store,
 		Concurrency: cfg.Workers,
 		LeaseTTL:    cfg.LeaseTTL,
 		MaxAttempts: cfg.MaxAttempts,
@@ -52,7 +48,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 		Grace:       cfg.Grace,
 		Limiter:     limiter,
 		Logger:      m.Logger.With("component", "worker"),
-		Observe:     observeAttempt(d.metrics),
+		Observe:     d.wrap.attempts(),
 	})
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
@@ -62,17 +58,4 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	}
 	m.onClose(p.Stop)
 	return nil
-}
-
-// observeAttempt counts each attempt's outcome, and lost leases apart.
-func observeAttempt(mt *metrics.Metrics) func(string) {
-	if mt == nil {
-		return nil
-	}
-	return func(outcome string) {
-		mt.Attempt(outcome)
-		if outcome == worker.OutcomeLost {
-			mt.LeaseLost()
-		}
-	}
 }

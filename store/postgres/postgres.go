@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,6 +53,8 @@ type Store struct {
 	now    func() time.Time
 	schema string // the schema holding the tables
 	create bool   // Config.Schema named it: create it if missing
+	// applied names the migrations Open applied.
+	applied []string
 }
 
 // Open connects, creates the schema when Config.Schema asks for one, and
@@ -153,15 +154,25 @@ func (s *Store) migrate(ctx context.Context) error {
 	s.schema = schema
 	key := lockKey("studio.migrate:" + schema)
 	for _, m := range ms {
-		if err := s.apply(ctx, key, m); err != nil {
+		applied, err := s.apply(ctx, key, m)
+		if err != nil {
 			return fmt.Errorf("migrate %04d_%s: %w", m.Version, m.Name, err)
+		}
+		if applied {
+			s.applied = append(s.applied, fmt.Sprintf("%04d_%s", m.Version, m.Name))
 		}
 	}
 	return nil
 }
 
-func (s *Store) apply(ctx context.Context, key int64, m migrations.Migration) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+// AppliedMigrations names the migrations Open applied (0001_init, ...), in
+// order; none when the database was up to date.
+func (s *Store) AppliedMigrations() []string { return s.applied }
+
+// apply applies one migration unless it is applied already; it says
+// whether it did.
+func (s *Store) apply(ctx context.Context, key int64, m migrations.Migration) (applied bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, key); err != nil {
 			return err
 		}
@@ -189,18 +200,10 @@ func (s *Store) apply(ctx context.Context, key int64, m migrations.Migration) er
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+		applied = err == nil
 		return err
 	})
-}
-
-// Migrate connects, applies the pending migrations and closes: the work of
-// `studio migrate`.
-func Migrate(ctx context.Context, cfg Config) error {
-	s, err := Open(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	return s.Close()
+	return applied && err == nil, err
 }
 
 // lockKey maps a name to a 64-bit advisory lock key.
@@ -233,8 +236,3 @@ func interpret(err error) error {
 // stamp rounds a time to what timestamptz keeps (microseconds), in UTC, so a
 // time handed back equals the one read later.
 func stamp(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
-
-// IsURL reports whether a --database value selects PostgreSQL.
-func IsURL(s string) bool {
-	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
-}

@@ -216,9 +216,7 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 			return nil, fmt.Errorf("claim items: fail expired: %w", err)
 		}
 		for _, id := range pubs {
-			d := t.pubs.Of(id)
-			d.Running--
-			d.Failed++
+			t.pubs.Of(id).Move(intent.StateRunning, intent.StateFailed)
 		}
 	}
 	type claim struct {
@@ -229,14 +227,14 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 		wasQueued bool
 	}
 	var claims []claim
-	take := func(state, order string, n int) error {
+	take := func(state intent.State, order string, n int) error {
 		rows, err := t.tx.Query(ctx, `UPDATE publication_items SET state = 'running', fence = fence + 1, attempts = attempts + 1,
 				lease_owner = $1, lease_expires_at = $2, updated_at = $3
 			WHERE id IN (SELECT id FROM publication_items
 				WHERE state = $4 AND (CASE WHEN $4 = 'queued' THEN run_after ELSE lease_expires_at END) <= $5
 				ORDER BY `+order+` LIMIT $6 FOR NO KEY UPDATE SKIP LOCKED)
 			RETURNING id, publication_id, fence, attempts, lease_expires_at`,
-			p.Owner, expires, t.wall, state, now, n)
+			p.Owner, expires, t.wall, string(state), now, n)
 		if err != nil {
 			return err
 		}
@@ -268,10 +266,7 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 	for i, c := range claims {
 		ids[i] = c.id
 		if c.wasQueued {
-			d := t.pubs.Of(c.pub)
-			d.Queued--
-			d.Running++
-			d.Started = true
+			t.pubs.Of(c.pub).Move(intent.StateQueued, intent.StateRunning)
 		}
 	}
 	items, err := queryItems(ctx, t.tx, `i.id = ANY ($1)`, ids)
@@ -353,14 +348,14 @@ func (s *Store) RenewItemLeases(ctx context.Context, p store.ItemRenewParams) (s
 func (s *Store) CompleteItems(ctx context.Context, leases []store.ItemLease) ([]error, error) {
 	return s.endItems(ctx, "complete items", leases, `UPDATE publication_items SET state = 'succeeded', error = NULL,
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = $3 WHERE `+itemLive+` RETURNING publication_id`,
-		func(d *store.CountDelta) { d.Running--; d.Succeeded++ })
+		func(d *store.CountDelta) { d.Move(intent.StateRunning, intent.StateSucceeded) })
 }
 
 // ReleaseItems hands leases back: queued again at once.
 func (s *Store) ReleaseItems(ctx context.Context, leases []store.ItemLease) ([]error, error) {
 	return s.endItems(ctx, "release items", leases, `UPDATE publication_items SET state = 'queued', released = released + 1,
 		run_after = clock_timestamp(), lease_owner = NULL, lease_expires_at = NULL, updated_at = $3 WHERE `+itemLive+` RETURNING publication_id`,
-		func(d *store.CountDelta) { d.Running--; d.Queued++ })
+		func(d *store.CountDelta) { d.Move(intent.StateRunning, intent.StateQueued) })
 }
 
 // endItems runs a fenced update (parameters: id, fence, wall) on each
@@ -397,7 +392,7 @@ func (s *Store) endItems(ctx context.Context, what string, leases []store.ItemLe
 
 // FailItem ends a failed attempt: queued again after the backoff, or
 // failed.
-func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (string, error) {
+func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (intent.State, error) {
 	t, err := s.beginTask(ctx)
 	if err != nil {
 		return "", fmt.Errorf("fail item: %w", err)
@@ -419,13 +414,7 @@ func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (string, erro
 		f.ItemID, f.Fence, state, f.Error, ttlRoundUp(max(f.Backoff, 0)), t.wall); err != nil {
 		return "", fmt.Errorf("fail item %s: %w", f.ItemID, err)
 	}
-	d := t.pubs.Of(pub)
-	d.Running--
-	if state == intent.StateQueued {
-		d.Queued++
-	} else {
-		d.Failed++
-	}
+	t.pubs.Of(pub).Move(intent.StateRunning, state)
 	if err := t.commit(ctx); err != nil {
 		return "", fmt.Errorf("fail item: commit: %w", err)
 	}

@@ -155,10 +155,10 @@ func TestCountShardsAgreeWithTasks(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				var state string
+				var state intent.State
 				var k int
 				if _, err := pgx.ForEachRow(rows, []any{&state, &k}, func() error {
-					*map[string]*int{intent.StateQueued: &tc.Queued, intent.StateRunning: &tc.Running,
+					*map[intent.State]*int{intent.StateQueued: &tc.Queued, intent.StateRunning: &tc.Running,
 						intent.StateSucceeded: &tc.Succeeded, intent.StateFailed: &tc.Failed, intent.StateCanceled: &tc.Canceled}[state] = k
 					return nil
 				}); err != nil {

@@ -245,15 +245,10 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 			return nil, fmt.Errorf("claim tasks: %w", err)
 		}
 		for _, c := range fresh {
-			d := t.deltas.Of(c.BatchID)
-			d.Queued--
-			d.Running++
-			d.Started = true
+			t.deltas.Of(c.BatchID).Move(intent.StateQueued, intent.StateRunning)
 		}
 		for _, batch := range canceled {
-			d := t.deltas.Of(batch)
-			d.Queued--
-			d.Canceled++
+			t.deltas.Of(batch).Move(intent.StateQueued, intent.StateCanceled)
 		}
 		claimed = append(claimed, fresh...)
 	}
@@ -317,18 +312,14 @@ func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams) (time.
 				WHERE id = $2 AND fence = $3`, t.wall, e.id, e.fence); err != nil {
 				return time.Time{}, nil, fmt.Errorf("cancel expired task: %w", err)
 			}
-			d := t.deltas.Of(e.batch)
-			d.Running--
-			d.Canceled++
+			t.deltas.Of(e.batch).Move(intent.StateRunning, intent.StateCanceled)
 		case store.OutOfAttempts(e.used, p.MaxAttempts):
 			msg := fmt.Sprintf("attempt %d: the lease expired (the worker stopped or crashed); no attempts left", e.attempts)
 			if _, err := t.tx.Exec(ctx, `UPDATE tasks SET state = 'failed', error = $1, lease_owner = NULL, lease_expires_at = NULL, updated_at = $2
 				WHERE id = $3 AND fence = $4`, msg, t.wall, e.id, e.fence); err != nil {
 				return time.Time{}, nil, fmt.Errorf("fail expired task: %w", err)
 			}
-			d := t.deltas.Of(e.batch)
-			d.Running--
-			d.Failed++
+			t.deltas.Of(e.batch).Move(intent.StateRunning, intent.StateFailed)
 		default:
 			rows, err := t.tx.Query(ctx, `UPDATE tasks t SET fence = fence + 1, attempts = attempts + 1,
 				lease_owner = $1, lease_expires_at = $2, updated_at = $3 FROM batches b
@@ -357,7 +348,7 @@ func scanClaims(rows pgx.Rows, canceledToo bool) ([]store.ClaimedTask, []string,
 	var exp *time.Time
 	_, err := pgx.ForEachRow(rows, []any{&state, &c.TaskID, &c.BatchID, &c.Actor, &c.Collection, &c.Frame, &c.Generator, &c.Candidate,
 		&c.Attempt, &c.Fence, &c.Step, &c.ProviderRef, &exp, &c.Spec}, func() error {
-		if state != intent.StateRunning {
+		if intent.State(state) != intent.StateRunning {
 			if !canceledToo {
 				return fmt.Errorf("task %s claimed in state %s", c.TaskID, state)
 			}
@@ -470,36 +461,35 @@ func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (store.Ren
 	return res, nil
 }
 
-// cancelIfRequested ends a live lease whose batch was asked to cancel: the
+// CancelIfRequested ends a live lease whose batch was asked to cancel: the
 // task becomes canceled. It answers ErrTaskCanceled when it did, and
 // ErrLeaseLost when the lease is not live.
-func (t *taskTx) cancelIfRequested(ctx context.Context, l store.Lease) error {
+func (t *taskTx) CancelIfRequested(ctx context.Context, l store.Lease) error {
 	var batch string
 	err := t.tx.QueryRow(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = $3
 		WHERE `+liveLease+` AND (SELECT b.cancel_requested FROM batches b WHERE b.id = tasks.batch_id)
 		RETURNING batch_id`, l.TaskID, l.Fence, t.wall).Scan(&batch)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return store.ErrLeaseLost
-	case err != nil:
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("cancel task %s: %w", l.TaskID, err)
 	}
-	d := t.deltas.Of(batch)
-	d.Running--
-	d.Canceled++
-	return store.ErrTaskCanceled
-}
-
-// itemErr tells a per-item outcome (lease lost, canceled) from a failure
-// of the transaction.
-func itemErr(err error) bool {
-	return errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrTaskCanceled)
+	return store.CancelRequested(t.deltas, batch, err == nil)
 }
 
 // notCanceling is true while the task's batch was not asked to cancel.
 const notCanceling = `NOT (SELECT b.cancel_requested FROM batches b WHERE b.id = tasks.batch_id)`
 
-// SaveSteps records steps and provider references, fenced.
+// SaveStep records one step, fenced; it says whether the lease was live.
+func (t *taskTx) SaveStep(ctx context.Context, st store.StepSave) (bool, error) {
+	tag, err := t.tx.Exec(ctx, `UPDATE tasks SET step = $3, provider_ref = $4, updated_at = $5
+		WHERE `+liveLease+` AND `+notCanceling, st.TaskID, st.Fence, st.Step, st.ProviderRef, t.wall)
+	if err != nil {
+		return false, fmt.Errorf("save step of task %s: %w", st.TaskID, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// SaveSteps records steps and provider references, fenced, in task id
+// order.
 func (s *Store) SaveSteps(ctx context.Context, steps []store.StepSave) ([]error, error) {
 	if len(steps) == 0 {
 		return nil, nil
@@ -509,19 +499,10 @@ func (s *Store) SaveSteps(ctx context.Context, steps []store.StepSave) ([]error,
 		return nil, fmt.Errorf("save steps: %w", err)
 	}
 	defer t.rollback(ctx)
-	out := make([]error, len(steps))
-	for _, i := range sortedLeases(len(steps), func(i int) string { return steps[i].TaskID }) {
-		st := steps[i]
-		tag, err := t.tx.Exec(ctx, `UPDATE tasks SET step = $3, provider_ref = $4, updated_at = $5
-			WHERE `+liveLease+` AND `+notCanceling, st.TaskID, st.Fence, st.Step, st.ProviderRef, t.wall)
-		if err != nil {
-			return nil, fmt.Errorf("save step of task %s: %w", st.TaskID, err)
-		}
-		if tag.RowsAffected() == 0 {
-			if out[i] = t.cancelIfRequested(ctx, st.Lease); !itemErr(out[i]) {
-				return nil, fmt.Errorf("save steps: %w", out[i])
-			}
-		}
+	order := sortedLeases(len(steps), func(i int) string { return steps[i].TaskID })
+	out, err := store.SaveStepsIn(ctx, t, steps, order)
+	if err != nil {
+		return nil, fmt.Errorf("save steps: %w", err)
 	}
 	if err := t.commit(ctx); err != nil {
 		return nil, fmt.Errorf("save steps: commit: %w", err)
@@ -594,14 +575,13 @@ func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]sto
 			return nil, fmt.Errorf("complete task %s: %w", cs[i].TaskID, interpret(err))
 		}
 		d := t.deltas.Of(batch)
-		d.Running--
-		if state == intent.StateCanceled {
+		if intent.State(state) == intent.StateCanceled {
 			out[i].Err = store.ErrTaskCanceled
-			d.Canceled++
+			d.Move(intent.StateRunning, intent.StateCanceled)
 			continue
 		}
 		out[i].AssetID = assetID
-		d.Succeeded++
+		d.Move(intent.StateRunning, intent.StateSucceeded)
 	}
 	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("complete tasks: %w", interpret(err))
@@ -617,7 +597,7 @@ func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]sto
 // locked, then its batch's, and only then is cancel_requested read: a cancel
 // either committed before (the task ends canceled) or waits for this
 // transaction and then finds the task queued and cancels it.
-func (s *Store) FailTask(ctx context.Context, f store.Failure) (string, error) {
+func (s *Store) FailTask(ctx context.Context, f store.Failure) (intent.State, error) {
 	t, err := s.beginTask(ctx)
 	if err != nil {
 		return "", fmt.Errorf("fail task: %w", err)
@@ -643,16 +623,7 @@ func (s *Store) FailTask(ctx context.Context, f store.Failure) (string, error) {
 		f.TaskID, f.Fence, state, f.Error, ttlRoundUp(max(f.Backoff, 0)), t.wall); err != nil {
 		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
 	}
-	d := t.deltas.Of(batch)
-	d.Running--
-	switch state {
-	case intent.StateQueued:
-		d.Queued++
-	case intent.StateFailed:
-		d.Failed++
-	case intent.StateCanceled:
-		d.Canceled++
-	}
+	t.deltas.Of(batch).Move(intent.StateRunning, state)
 	if err := t.commit(ctx); err != nil {
 		return "", fmt.Errorf("fail task: commit: %w", err)
 	}
@@ -704,13 +675,7 @@ func (s *Store) ReleaseTasks(ctx context.Context, leases []store.Lease) ([]error
 				leases[i].TaskID, leases[i].Fence, state, t.wall); err != nil {
 				return nil, fmt.Errorf("release task %s: %w", leases[i].TaskID, err)
 			}
-			d := t.deltas.Of(batch)
-			d.Running--
-			if state == intent.StateQueued {
-				d.Queued++
-			} else {
-				d.Canceled++
-			}
+			t.deltas.Of(batch).Move(intent.StateRunning, state)
 		}
 	}
 	if err := t.commit(ctx); err != nil {

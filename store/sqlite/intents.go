@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
 	"studio/intent"
 	"studio/store"
@@ -13,8 +14,16 @@ import (
 var _ store.Store = (*Store)(nil)
 
 // LookupIntent is the plain read of a binding, outside any transaction.
+// A binding found once is remembered (it never changes).
 func (s *Store) LookupIntent(ctx context.Context, actor, requestID string) (intent.Binding, error) {
-	return lookupIntent(ctx, s.reads.lookupIntent, actor, requestID)
+	if b, ok := s.bindings.get(actor, requestID); ok {
+		return b, nil
+	}
+	b, err := lookupIntent(ctx, s.reads.lookupIntent, actor, requestID)
+	if err == nil {
+		s.bindings.add(b)
+	}
+	return b, err
 }
 
 type queryer interface {
@@ -48,6 +57,18 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 		return intent.Binding{}, false, fmt.Errorf("create intent: exactly one of batch or publication")
 	}
 	b := in.Binding
+	// Every statement the transaction runs is prepared before it begins:
+	// the write pool has one connection, which the transaction holds.
+	var taskInserts []*sql.Stmt
+	if in.Batch != nil {
+		var err error
+		if taskInserts, err = s.commitStmts.taskInserts(ctx, s.write, len(in.Batch.Tasks)); err != nil {
+			return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
+		}
+	}
+	if err := s.commitStmts.prepare(ctx, s.write); err != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
+	}
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
@@ -56,25 +77,31 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 
 	// The check inside the transaction: the guarantee. The write lock is
 	// held from BEGIN IMMEDIATE on, so no other writer can bind the id
-	// between this read and the insert below.
-	found, err := lookupIntent(ctx, txQuery{tx, lookupIntentSQL}, b.Actor, b.RequestID)
-	switch {
-	case err == nil:
+	// between this insert and the rest of the tree. The insert is the
+	// check: it writes nothing when the id is bound already, and then the
+	// binding found is the answer (a replay or a conflict) and nothing
+	// else is written.
+	now := ms(b.CreatedAt)
+	res, err := tx.StmtContext(ctx, s.commitStmts.insertIntent).ExecContext(ctx,
+		b.Actor, b.RequestID, b.Operation, b.Fingerprint, b.ResourceID, now)
+	if err != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: bind: %w", interpret(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: bind: %w", err)
+	} else if n == 0 {
+		found, err := lookupIntent(ctx, tx.StmtContext(ctx, s.commitStmts.lookupIntent), b.Actor, b.RequestID)
+		if err != nil {
+			return intent.Binding{}, false, fmt.Errorf("create intent: check binding: %w", err)
+		}
 		if found.Operation != b.Operation || found.Fingerprint != b.Fingerprint {
 			return intent.Binding{}, false, &intent.Error{Code: intent.EConflict, Message: intent.ConflictMessage}
 		}
+		s.bindings.add(found)
 		return found, false, nil
-	case intent.ErrorCode(err) != intent.ENotFound:
-		return intent.Binding{}, false, fmt.Errorf("create intent: check binding: %w", err)
-	}
-
-	now := ms(b.CreatedAt)
-	if _, err := tx.ExecContext(ctx, `INSERT INTO intents (actor, request_id, operation, fingerprint, resource_id, created_at)
-		VALUES (?, ?, ?, ?, ?, ?)`, b.Actor, b.RequestID, b.Operation, b.Fingerprint, b.ResourceID, now); err != nil {
-		return intent.Binding{}, false, fmt.Errorf("create intent: bind: %w", interpret(err))
 	}
 	if in.Batch != nil {
-		err = insertBatch(ctx, tx, b, in.Batch)
+		err = insertBatch(ctx, tx, s.commitStmts.insertBatch, taskInserts, b, in.Batch)
 	} else {
 		err = insertPublication(ctx, tx, b, in.Publication)
 	}
@@ -84,26 +111,30 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 	if err := tx.Commit(); err != nil {
 		return intent.Binding{}, false, fmt.Errorf("create intent: commit: %w", err)
 	}
+	s.bindings.add(b)
 	return b, true, nil
 }
 
-func insertBatch(ctx context.Context, tx *sql.Tx, b intent.Binding, nb *intent.NewBatch) error {
+// insertBatch writes the batch row and its tasks, taskChunk rows per
+// statement execution (the last execution takes the rest): the driver's
+// cost per execution, not SQLite's per row, is most of a small tree's
+// commit. inserts are the prepared statements of those sizes, in order.
+func insertBatch(ctx context.Context, tx *sql.Tx, batch *sql.Stmt, inserts []*sql.Stmt, b intent.Binding, nb *intent.NewBatch) error {
 	now := ms(nb.CreatedAt)
 	n := len(nb.Tasks)
-	if _, err := tx.ExecContext(ctx, `INSERT INTO batches (id, actor, request_id, prompt, spec, task_count, queued, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, nb.ID, b.Actor, b.RequestID, nb.Prompt, nb.Spec, n, n, now, now); err != nil {
+	if _, err := tx.StmtContext(ctx, batch).ExecContext(ctx, nb.ID, b.Actor, b.RequestID, nb.Prompt, nb.Spec, n, n, now, now); err != nil {
 		return fmt.Errorf("insert batch: %w", interpret(err))
 	}
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO tasks (id, batch_id, actor, collection, frame, generator, candidate, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return fmt.Errorf("prepare task insert: %w", err)
-	}
-	defer stmt.Close()
-	for i := range nb.Tasks {
-		t := &nb.Tasks[i]
-		if _, err := stmt.ExecContext(ctx, t.ID, nb.ID, b.Actor, t.Collection, t.Frame, t.Generator, t.Candidate, now, now); err != nil {
-			return fmt.Errorf("insert task %d: %w", i, interpret(err))
+	args := make([]any, 0, 3+taskRowValues*min(n, taskChunk))
+	for i, st := range inserts {
+		lo := i * taskChunk
+		args = append(args[:0], nb.ID, b.Actor, now)
+		for j := lo; j < min(lo+taskChunk, n); j++ {
+			t := &nb.Tasks[j]
+			args = append(args, t.ID, t.Collection, t.Frame, t.Generator, int64(t.Candidate))
+		}
+		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
+			return fmt.Errorf("insert tasks %d..%d: %w", lo, min(lo+taskChunk, n)-1, interpret(err))
 		}
 	}
 	return nil
@@ -115,14 +146,16 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanBatch(r scanner) (intent.Batch, error) {
 	var b intent.Batch
-	var started bool
-	var created, updated int64
-	if err := r.Scan(&b.ID, &b.Actor, &b.RequestID, &b.Prompt, &b.TaskCount,
-		&b.Counts.Queued, &b.Counts.Running, &b.Counts.Succeeded, &b.Counts.Failed, &b.Counts.Canceled,
-		&started, &created, &updated); err != nil {
+	// Integers scan into int64: database/sql converts an int64 column into
+	// an int by formatting and parsing it again.
+	var n, q, ru, su, fa, ca, started, created, updated int64
+	if err := r.Scan(&b.ID, &b.Actor, &b.RequestID, &b.Prompt, &n,
+		&q, &ru, &su, &fa, &ca, &started, &created, &updated); err != nil {
 		return intent.Batch{}, err
 	}
-	b.State = b.Counts.State(started)
+	b.TaskCount = int(n)
+	b.Counts = intent.Counts{Queued: int(q), Running: int(ru), Succeeded: int(su), Failed: int(fa), Canceled: int(ca)}
+	b.State = b.Counts.State(started != 0)
 	b.CreatedAt, b.UpdatedAt = fromMS(created), fromMS(updated)
 	return b, nil
 }
@@ -192,6 +225,9 @@ func scanTask(r scanner) (intent.Task, error) {
 	return t, nil
 }
 
+// taskStates are every state a task row can hold.
+var taskStates = []intent.State{intent.StateQueued, intent.StateRunning, intent.StateSucceeded, intent.StateFailed, intent.StateCanceled}
+
 // ListTasks pages one of the actor's batch's tasks in plan order.
 func (s *Store) ListTasks(ctx context.Context, batchID string, p store.ListParams) ([]intent.Task, error) {
 	tx, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -203,19 +239,26 @@ func (s *Store) ListTasks(ctx context.Context, batchID string, p store.ListParam
 	if err := tx.QueryRowContext(ctx, `SELECT 1 FROM batches WHERE id = ? AND actor = ?`, batchID, p.Actor).Scan(&one); err != nil {
 		return nil, interpret(err)
 	}
-	q := `SELECT ` + taskColumns + ` FROM tasks WHERE batch_id = ?`
-	args := []any{batchID}
-	if p.State != "" {
-		q += ` AND state = ?`
-		args = append(args, p.State)
+	// One index serves both listings, tasks_by_batch_state (batch_id,
+	// state, id): a state's tasks in id order, or every state's merged in
+	// id order (a compound SELECT of one ordered range per state, which
+	// SQLite merges without sorting the batch).
+	states := []intent.State{p.State}
+	if p.State == "" {
+		states = taskStates
 	}
-	if p.After != "" {
-		q += ` AND id > ?`
-		args = append(args, p.After)
+	var q strings.Builder
+	var args []any
+	for i, st := range states {
+		if i > 0 {
+			q.WriteString(` UNION ALL `)
+		}
+		q.WriteString(`SELECT ` + taskColumns + ` FROM tasks WHERE batch_id = ? AND state = ? AND id > ?`)
+		args = append(args, batchID, st, p.After)
 	}
-	q += ` ORDER BY id LIMIT ?`
+	q.WriteString(` ORDER BY id LIMIT ?`)
 	args = append(args, p.Limit)
-	rows, err := tx.QueryContext(ctx, q, args...)
+	rows, err := tx.QueryContext(ctx, q.String(), args...)
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
 	}
@@ -294,12 +337,18 @@ func (s *Store) CreateToken(ctx context.Context, actor, tokenHash string) error 
 	return nil
 }
 
-// ActorForToken returns the actor a token hash belongs to.
+// ActorForToken returns the actor a token hash belongs to. A token found
+// once is remembered: tokens are never deleted nor given to another actor.
+// One not found is asked again every time (another process may create it).
 func (s *Store) ActorForToken(ctx context.Context, tokenHash string) (string, error) {
+	if actor, ok := s.tokens.get(tokenHash); ok {
+		return actor, nil
+	}
 	var actor string
 	if err := s.reads.actorForToken.QueryRowContext(ctx, tokenHash).Scan(&actor); err != nil {
 		return "", interpret(err)
 	}
+	s.tokens.add(tokenHash, actor)
 	return actor, nil
 }
 
@@ -325,16 +374,6 @@ func (s *Store) CreateTokenIfNone(ctx context.Context, actor, tokenHash string) 
 		return false, fmt.Errorf("create first token: %w", err)
 	}
 	return n == 1, nil
-}
-
-// txQuery runs one query text in a transaction, as a rowQueryer.
-type txQuery struct {
-	tx    *sql.Tx
-	query string
-}
-
-func (q txQuery) QueryRowContext(ctx context.Context, args ...any) *sql.Row {
-	return q.tx.QueryRowContext(ctx, q.query, args...)
 }
 
 // readStmts are the reads on every request's path, prepared once on the

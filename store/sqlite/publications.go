@@ -247,9 +247,7 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 			return nil, fmt.Errorf("claim items: fail expired: %w", err)
 		}
 		for _, id := range pubs {
-			d := t.pubs.Of(id)
-			d.Running--
-			d.Failed++
+			t.pubs.Of(id).Move(intent.StateRunning, intent.StateFailed)
 		}
 	}
 	type claim struct {
@@ -296,10 +294,7 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 	for i, c := range claims {
 		ids[i] = c.id
 		if c.wasQueued {
-			d := t.pubs.Of(c.pub)
-			d.Queued--
-			d.Running++
-			d.Started = true
+			t.pubs.Of(c.pub).Move(intent.StateQueued, intent.StateRunning)
 		}
 	}
 	idsJSON, err := json.Marshal(ids)
@@ -384,14 +379,14 @@ func (s *Store) RenewItemLeases(ctx context.Context, p store.ItemRenewParams) (s
 func (s *Store) CompleteItems(ctx context.Context, leases []store.ItemLease) ([]error, error) {
 	return s.endItems(ctx, "complete items", leases, `UPDATE publication_items SET state = 'succeeded', error = NULL,
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE `+itemLive+` RETURNING publication_id`,
-		func(d *store.CountDelta) { d.Running--; d.Succeeded++ })
+		func(d *store.CountDelta) { d.Move(intent.StateRunning, intent.StateSucceeded) })
 }
 
 // ReleaseItems hands leases back: queued again at once.
 func (s *Store) ReleaseItems(ctx context.Context, leases []store.ItemLease) ([]error, error) {
 	return s.endItems(ctx, "release items", leases, `UPDATE publication_items SET state = 'queued', released = released + 1,
 		run_after = 0, lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE `+itemLive+` RETURNING publication_id`,
-		func(d *store.CountDelta) { d.Running--; d.Queued++ })
+		func(d *store.CountDelta) { d.Move(intent.StateRunning, intent.StateQueued) })
 }
 
 // endItems runs a fenced update (parameters: wall, id, fence, now) on each
@@ -431,7 +426,7 @@ func (s *Store) endItems(ctx context.Context, what string, leases []store.ItemLe
 
 // FailItem ends a failed attempt: queued again after the backoff, or
 // failed.
-func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (string, error) {
+func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (intent.State, error) {
 	t, err := s.beginItems(ctx)
 	if err != nil {
 		return "", fmt.Errorf("fail item: %w", err)
@@ -454,13 +449,7 @@ func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (string, erro
 		state, f.Error, runAfter, t.wall, f.ItemID, f.Fence, t.now); err != nil {
 		return "", fmt.Errorf("fail item %s: %w", f.ItemID, err)
 	}
-	d := t.pubs.Of(pub)
-	d.Running--
-	if state == intent.StateQueued {
-		d.Queued++
-	} else {
-		d.Failed++
-	}
+	t.pubs.Of(pub).Move(intent.StateRunning, state)
 	if err := t.commit(ctx); err != nil {
 		return "", fmt.Errorf("fail item: commit: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -61,6 +62,15 @@ type Store struct {
 	taskStmts taskStmts
 	// reads are the request-path reads, prepared at Open (intents.go).
 	reads readStmts
+	// applied names the migrations Open applied.
+	applied []string
+	// commitStmts are CreateIntent's statements, prepared at first use
+	// (commit.go).
+	commitStmts commitStmts
+	// bindings and tokens remember what never changes once written: a
+	// request id's binding, a token's actor (commit.go).
+	bindings bindingCache
+	tokens   tokenCache
 }
 
 // Open opens (creating if needed) the database at cfg.Path and applies every
@@ -83,9 +93,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.ReadConns = 4
 	}
 	if dir := filepath.Dir(cfg.Path); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("open sqlite: %w", err)
 		}
+	}
+	// Made here, owner-only, when missing: SQLite gives the -wal and -shm
+	// files the mode of the database file.
+	if f, err := os.OpenFile(cfg.Path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		f.Close()
+	} else if !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("open sqlite: %w", err)
 	}
 	pragmas := []string{
 		"busy_timeout(10000)",
@@ -108,7 +125,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	write.SetMaxIdleConns(1)
 	write.SetConnMaxIdleTime(0)
 	write.SetConnMaxLifetime(0)
-	s := &Store{write: write, now: cfg.Now, path: cfg.Path}
+	s := &Store{write: write, now: cfg.Now, path: cfg.Path,
+		bindings: bindingCache{max: cacheEntries}, tokens: tokenCache{max: cacheEntries}}
 	if err := s.migrate(ctx); err != nil {
 		write.Close()
 		return nil, err
@@ -130,7 +148,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 
 // Close closes both pools.
 func (s *Store) Close() error {
-	errs := []error{s.reads.close()}
+	errs := []error{s.reads.close(), s.commitStmts.close()}
 	if s.read != nil {
 		errs = append(errs, s.read.Close())
 	}
@@ -176,44 +194,45 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	for _, m := range ms {
-		if err := s.apply(ctx, m); err != nil {
+		applied, err := s.apply(ctx, m)
+		if err != nil {
 			return fmt.Errorf("migrate %04d_%s: %w", m.Version, m.Name, err)
+		}
+		if applied {
+			s.applied = append(s.applied, fmt.Sprintf("%04d_%s", m.Version, m.Name))
 		}
 	}
 	return nil
 }
 
-func (s *Store) apply(ctx context.Context, m migrations.Migration) error {
+// apply applies one migration unless it is applied already; it says
+// whether it did.
+func (s *Store) apply(ctx context.Context, m migrations.Migration) (bool, error) {
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer tx.Rollback()
 	var n int
 	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, m.Version).Scan(&n); err != nil {
-		return err
+		return false, err
 	}
 	if n > 0 {
-		return nil
+		return false, nil
 	}
 	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-		return err
+		return false, err
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
 		m.Version, m.Name, s.now().UnixMilli()); err != nil {
-		return err
+		return false, err
 	}
-	return tx.Commit()
+	return true, tx.Commit()
 }
 
-// Migrate opens the database at path, applies pending migrations and closes it.
-func Migrate(ctx context.Context, path string) error {
-	s, err := Open(ctx, Config{Path: path})
-	if err != nil {
-		return err
-	}
-	return s.Close()
-}
+// AppliedMigrations names the migrations Open applied (0001_init, ...), in
+// order; none when the database was up to date.
+func (s *Store) AppliedMigrations() []string { return s.applied }
 
 // interpret translates driver errors into domain errors, once, here.
 func interpret(err error) error {

@@ -378,17 +378,13 @@ func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams, expire
 			if _, err := t.stmt(ctx, cancelExpiredSQL).ExecContext(ctx, t.wall, e.id, e.fence); err != nil {
 				return nil, fmt.Errorf("cancel expired task: %w", err)
 			}
-			d := t.deltas.Of(e.batch)
-			d.Running--
-			d.Canceled++
+			t.deltas.Of(e.batch).Move(intent.StateRunning, intent.StateCanceled)
 		case store.OutOfAttempts(e.used, p.MaxAttempts):
 			msg := fmt.Sprintf("attempt %d: the lease expired (the worker stopped or crashed); no attempts left", e.attempts)
 			if _, err := t.stmt(ctx, failExpiredSQL).ExecContext(ctx, msg, t.wall, e.id, e.fence); err != nil {
 				return nil, fmt.Errorf("fail expired task: %w", err)
 			}
-			d := t.deltas.Of(e.batch)
-			d.Running--
-			d.Failed++
+			t.deltas.Of(e.batch).Move(intent.StateRunning, intent.StateFailed)
 		default:
 			rows, err := t.stmt(ctx, reclaimSQL).QueryContext(ctx, p.Owner, expires, t.wall, e.id, e.fence)
 			if err != nil {
@@ -472,28 +468,29 @@ func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (store.Ren
 	return res, nil
 }
 
-// cancelIfRequested ends a live lease whose batch was asked to cancel: the
+// CancelIfRequested ends a live lease whose batch was asked to cancel: the
 // task becomes canceled. It answers ErrTaskCanceled when it did, and
 // ErrLeaseLost when the lease is not live.
-func (t *taskTx) cancelIfRequested(ctx context.Context, l store.Lease) error {
+func (t *taskTx) CancelIfRequested(ctx context.Context, l store.Lease) error {
 	var batch string
 	err := t.stmt(ctx, cancelLiveSQL).QueryRowContext(ctx, t.wall, l.TaskID, l.Fence, t.now).Scan(&batch)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return store.ErrLeaseLost
-	case err != nil:
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("cancel task %s: %w", l.TaskID, err)
 	}
-	d := t.deltas.Of(batch)
-	d.Running--
-	d.Canceled++
-	return store.ErrTaskCanceled
+	return store.CancelRequested(t.deltas, batch, err == nil)
 }
 
-// itemErr tells a per-item outcome (lease lost, canceled) from a failure
-// of the transaction.
-func itemErr(err error) bool {
-	return errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrTaskCanceled)
+// SaveStep records one step, fenced; it says whether the lease was live.
+func (t *taskTx) SaveStep(ctx context.Context, st store.StepSave) (bool, error) {
+	res, err := t.stmt(ctx, saveStepSQL).ExecContext(ctx, st.Step, st.ProviderRef, t.wall, st.TaskID, st.Fence, t.now)
+	if err != nil {
+		return false, fmt.Errorf("save step of task %s: %w", st.TaskID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("save step of task %s: %w", st.TaskID, err)
+	}
+	return n > 0, nil
 }
 
 // SaveSteps records steps and provider references, fenced.
@@ -506,20 +503,9 @@ func (s *Store) SaveSteps(ctx context.Context, steps []store.StepSave) ([]error,
 		return nil, fmt.Errorf("save steps: %w", err)
 	}
 	defer t.rollback()
-	stmt := t.stmt(ctx, saveStepSQL)
-	out := make([]error, len(steps))
-	for i, st := range steps {
-		res, err := stmt.ExecContext(ctx, st.Step, st.ProviderRef, t.wall, st.TaskID, st.Fence, t.now)
-		if err != nil {
-			return nil, fmt.Errorf("save step of task %s: %w", st.TaskID, err)
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return nil, fmt.Errorf("save step of task %s: %w", st.TaskID, err)
-		} else if n == 0 {
-			if out[i] = t.cancelIfRequested(ctx, st.Lease); !itemErr(out[i]) {
-				return nil, fmt.Errorf("save steps: %w", out[i])
-			}
-		}
+	out, err := store.SaveStepsIn(ctx, t, steps, store.InOrder(len(steps)))
+	if err != nil {
+		return nil, fmt.Errorf("save steps: %w", err)
 	}
 	if err := t.commit(ctx); err != nil {
 		return nil, fmt.Errorf("save steps: commit: %w", err)
@@ -549,7 +535,7 @@ func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]sto
 		err := done.QueryRowContext(ctx, c.Asset.ID, t.wall, c.TaskID, c.Fence, t.now).Scan(&batch, &actor, &assetID)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			if out[i].Err = t.cancelIfRequested(ctx, c.Lease); !itemErr(out[i].Err) {
+			if out[i].Err = t.CancelIfRequested(ctx, c.Lease); !store.IsItemError(out[i].Err) {
 				return nil, fmt.Errorf("complete tasks: %w", out[i].Err)
 			}
 			continue
@@ -563,9 +549,7 @@ func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]sto
 			}
 		}
 		out[i].AssetID = assetID
-		d := t.deltas.Of(batch)
-		d.Running--
-		d.Succeeded++
+		t.deltas.Of(batch).Move(intent.StateRunning, intent.StateSucceeded)
 	}
 	if err := t.commit(ctx); err != nil {
 		return nil, fmt.Errorf("complete tasks: commit: %w", err)
@@ -575,7 +559,7 @@ func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]sto
 
 // FailTask ends a failed attempt: queued again after the backoff, or
 // failed, or canceled when the batch was asked to cancel.
-func (s *Store) FailTask(ctx context.Context, f store.Failure) (string, error) {
+func (s *Store) FailTask(ctx context.Context, f store.Failure) (intent.State, error) {
 	t, err := s.beginTask(ctx)
 	if err != nil {
 		return "", fmt.Errorf("fail task: %w", err)
@@ -596,16 +580,7 @@ func (s *Store) FailTask(ctx context.Context, f store.Failure) (string, error) {
 	if _, err := t.stmt(ctx, failSQL).ExecContext(ctx, state, f.Error, runAfter, t.wall, f.TaskID, f.Fence, t.now); err != nil {
 		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
 	}
-	d := t.deltas.Of(batch)
-	d.Running--
-	switch state {
-	case intent.StateQueued:
-		d.Queued++
-	case intent.StateFailed:
-		d.Failed++
-	case intent.StateCanceled:
-		d.Canceled++
-	}
+	t.deltas.Of(batch).Move(intent.StateRunning, state)
 	if err := t.commit(ctx); err != nil {
 		return "", fmt.Errorf("fail task: commit: %w", err)
 	}
@@ -625,7 +600,8 @@ func (s *Store) ReleaseTasks(ctx context.Context, leases []store.Lease) ([]error
 	stmt := t.stmt(ctx, releaseTaskSQL)
 	out := make([]error, len(leases))
 	for i, l := range leases {
-		var batch, state string
+		var batch string
+		var state intent.State
 		err := stmt.QueryRowContext(ctx, t.now, t.wall, l.TaskID, l.Fence, t.now).Scan(&batch, &state)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
@@ -634,13 +610,7 @@ func (s *Store) ReleaseTasks(ctx context.Context, leases []store.Lease) ([]error
 		case err != nil:
 			return nil, fmt.Errorf("release task %s: %w", l.TaskID, err)
 		}
-		d := t.deltas.Of(batch)
-		d.Running--
-		if state == intent.StateQueued {
-			d.Queued++
-		} else {
-			d.Canceled++
-		}
+		t.deltas.Of(batch).Move(intent.StateRunning, state)
 	}
 	if err := t.commit(ctx); err != nil {
 		return nil, fmt.Errorf("release tasks: commit: %w", err)

@@ -71,6 +71,7 @@ func Run(t *testing.T, h Harness) {
 		{"ItemExpiredOutOfAttempts", testItemExpiredOutOfAttempts},
 		{"ItemRelease", testItemRelease},
 		{"RacingItemClaimsNeverShareAnItem", testRacingItemClaims},
+		{"CursorKeyOnce", testCursorKeyOnce},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,12 +1,14 @@
-package worker
+package leasequeue
 
 import "context"
 
-// batcher commits writes of many tasks together: one loop takes whatever
+// Batcher commits writes of many items together: one loop takes whatever
 // requests wait (up to max) and runs them in one call, one transaction.
 // While a call runs, the next requests gather, so the batch grows with the
-// load and a lone request waits for no timer.
-type batcher[T, R any] struct {
+// load and a lone request waits for no timer. A call that fails for a batch
+// of several is tried again for each item alone, so that one bad item does
+// not spoil the others.
+type Batcher[T, R any] struct {
 	reqs chan batchReq[T, R]
 	max  int
 	call func(ctx context.Context, items []T) ([]R, error)
@@ -22,21 +24,24 @@ type batchReply[R any] struct {
 	err error
 }
 
-func newBatcher[T, R any](max int, call func(ctx context.Context, items []T) ([]R, error)) *batcher[T, R] {
-	return &batcher[T, R]{reqs: make(chan batchReq[T, R]), max: max, call: call}
+// NewBatcher makes a Batcher of at most max items a call. call answers one
+// result per item, in order.
+func NewBatcher[T, R any](max int, call func(ctx context.Context, items []T) ([]R, error)) *Batcher[T, R] {
+	return &Batcher[T, R]{reqs: make(chan batchReq[T, R]), max: max, call: call}
 }
 
-// do runs item in the next batch and answers its result, or the batch's
-// error. The loop must be running until every caller has returned.
-func (b *batcher[T, R]) do(item T) (R, error) {
+// Do runs item in the next batch and answers its result, or the batch's
+// error. Loop must be running until every caller has returned (a Runner
+// runs it as one of its Loops).
+func (b *Batcher[T, R]) Do(item T) (R, error) {
 	reply := make(chan batchReply[R], 1)
 	b.reqs <- batchReq[T, R]{item: item, reply: reply}
 	rep := <-reply
 	return rep.r, rep.err
 }
 
-// loop serves requests until ctx ends.
-func (b *batcher[T, R]) loop(ctx context.Context) {
+// Loop serves requests until ctx ends.
+func (b *Batcher[T, R]) Loop(ctx context.Context) {
 	batch := make([]batchReq[T, R], 0, b.max)
 	items := make([]T, 0, b.max)
 	for {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -29,13 +29,13 @@ const drainRounds = 3
 // (the same sizes, in the same order, recorded from the pool's last run),
 // with nothing around them. Rounds alternate, the pool first (the floor
 // needs its batches); each sample is a round's time per task.
-func (b *bench) drain(workers int) (*benchResult, error) {
-	rounds := min(drainRounds, b.tasks)
-	per := b.tasks / rounds
+func (b *bench) drain(workers int) (*Result, error) {
+	rounds := min(drainRounds, b.cfg.Tasks)
+	per := b.cfg.Tasks / rounds
 	if err := b.cancelQueued(); err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(b.cfg.Data, "drain-assets-")
+	dir, err := os.MkdirTemp(b.cfg.Dir, "drain-assets-")
 	if err != nil {
 		return nil, err
 	}
@@ -92,13 +92,13 @@ func (b *bench) drain(workers int) (*benchResult, error) {
 func (b *bench) cancelQueued() error {
 	p := store.ListParams{Actor: "bench", Limit: 500}
 	for {
-		page, err := b.store.ListBatches(b.ctx, p)
+		page, err := b.cfg.Store.ListBatches(b.ctx, p)
 		if err != nil {
 			return err
 		}
 		for _, bt := range page {
 			if bt.Counts.Queued > 0 {
-				if _, err := b.store.CancelBatch(b.ctx, "bench", bt.ID); err != nil {
+				if _, err := b.cfg.Store.CancelBatch(b.ctx, "bench", bt.ID); err != nil {
 					return err
 				}
 			}
@@ -120,7 +120,7 @@ func (b *bench) queueNoop(n int) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if _, _, err := b.store.CreateIntent(b.ctx, in); err != nil {
+		if _, _, err := b.cfg.Store.CreateIntent(b.ctx, in); err != nil {
 			return nil, err
 		}
 		ids = append(ids, in.Batch.ID)
@@ -166,7 +166,7 @@ func (s recordingStore) CompleteTasks(ctx context.Context, cs []store.Completion
 func (b *bench) drainPool(workers int, blobs blob.Store, batches []string) (*batchSizes, error) {
 	sizes := &batchSizes{}
 	p, err := worker.New(worker.Config{
-		Store:       recordingStore{b.store, sizes},
+		Store:       recordingStore{b.cfg.Store, sizes},
 		Generators:  noopGenerators{},
 		Blobs:       blobs,
 		Concurrency: workers,
@@ -184,7 +184,7 @@ func (b *bench) drainPool(workers int, blobs blob.Store, batches []string) (*bat
 	defer p.Stop(context.WithoutCancel(b.ctx))
 	for _, id := range batches {
 		for {
-			bt, err := b.store.GetBatch(b.ctx, "bench", id)
+			bt, err := b.cfg.Store.GetBatch(b.ctx, "bench", id)
 			if err != nil {
 				return nil, err
 			}
@@ -233,7 +233,7 @@ func (b *bench) drainFloor(sizes *batchSizes, batches []string, n int) error {
 			}
 			comps[i] = store.Completion{Lease: l, Asset: intent.Asset{ID: id, SHA256: sha, ContentType: "image/png", Size: 67, Width: 1, Height: 1}}
 		}
-		res, err := b.store.CompleteTasks(b.ctx, comps)
+		res, err := b.cfg.Store.CompleteTasks(b.ctx, comps)
 		if err != nil {
 			return err
 		}
@@ -250,7 +250,7 @@ func (b *bench) drainFloor(sizes *batchSizes, batches []string, n int) error {
 		if claimed < n {
 			c := sizes.claims[ci%len(sizes.claims)]
 			ci++
-			cs, err := b.store.ClaimTasks(b.ctx, store.ClaimParams{Owner: "bench-floor", Limit: c, TTL: time.Minute})
+			cs, err := b.cfg.Store.ClaimTasks(b.ctx, store.ClaimParams{Owner: "bench-floor", Limit: c, TTL: time.Minute})
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"studio/blob"
+	"studio/locks"
+	"studio/locks/pglock"
+	"studio/locks/sqlitelock"
+	"studio/metrics"
+	"studio/store"
+	"studio/store/postgres"
+	"studio/store/sqlite"
+)
+
+// engine is what one database engine brings to a process, made in one
+// place per engine: the rest of the wiring asks it, never the store's type.
+type engine struct {
+	// name says which database, for log lines.
+	name  string
+	store store.Store
+	// lockStore opens the lock store in the same database (--lock-store
+	// db). The lock packages create their tables if missing; studio's
+	// migration 0002 made them already.
+	lockStore func(context.Context) (locks.Store, error)
+	// blobs opens the store of asset bytes: files under DATA/assets on
+	// SQLite; the database on PostgreSQL, since its processes share no
+	// disk. Only processes that serve or run work open it.
+	blobs func() (blob.Store, error)
+	// collect registers the collectors that read the database with the
+	// process's metrics: its connection pools and its tasks by state.
+	collect func(*metrics.Metrics) error
+	// applied names the migrations the open applied.
+	applied []string
+}
+
+// openEngine opens the configured database and applies pending migrations.
+func openEngine(ctx context.Context, cfg Config) (*engine, error) {
+	if cfg.isPostgres() {
+		s, err := postgres.Open(ctx, postgres.Config{URL: cfg.Database})
+		if err != nil {
+			return nil, fmt.Errorf("open database: %w", err)
+		}
+		return postgresEngine(s), nil
+	}
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: cfg.sqlitePath(), Synchronous: cfg.Synchronous})
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	return sqliteEngine(s, cfg), nil
+}
+
+// openStore opens the configured database and applies pending migrations,
+// for the commands that need nothing else of it.
+func openStore(ctx context.Context, cfg Config) (store.Store, error) {
+	e, err := openEngine(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return e.store, nil
+}
+
+func sqliteEngine(s *sqlite.Store, cfg Config) *engine {
+	return &engine{
+		name:      "sqlite:" + cfg.sqlitePath(),
+		store:     s,
+		lockStore: func(ctx context.Context) (locks.Store, error) { return sqlitelock.New(ctx, s.DB()) },
+		blobs: func() (blob.Store, error) {
+			fs, err := blob.NewFS(filepath.Join(cfg.Data, "assets"))
+			if err != nil {
+				return nil, fmt.Errorf("open asset store: %w", err)
+			}
+			return fs, nil
+		},
+		collect: func(mx *metrics.Metrics) error {
+			if err := mx.DBPool("write", s.DB()); err != nil {
+				return err
+			}
+			if err := mx.DBPool("read", s.ReadDB()); err != nil {
+				return err
+			}
+			return mx.TaskStates(s.CountTasks)
+		},
+		applied: s.AppliedMigrations(),
+	}
+}
+
+func postgresEngine(s *postgres.Store) *engine {
+	return &engine{
+		name:      "postgres",
+		store:     s,
+		lockStore: func(ctx context.Context) (locks.Store, error) { return pglock.New(ctx, s.Pool()) },
+		blobs:     func() (blob.Store, error) { return postgres.NewBlobStore(s), nil },
+		collect: func(mx *metrics.Metrics) error {
+			if err := mx.Registry().Register(newPgxPoolCollector(s.Pool())); err != nil {
+				return fmt.Errorf("register the PostgreSQL pool: %w", err)
+			}
+			return mx.TaskStates(s.CountTasks)
+		},
+		applied: s.AppliedMigrations(),
+	}
+}
+
+// engineOf is the engine of a store opened elsewhere (studio bench builds
+// a Main around a bare store); nil for a store of no engine.
+func engineOf(s store.Store, cfg Config) *engine {
+	switch s := s.(type) {
+	case *sqlite.Store:
+		return sqliteEngine(s, cfg)
+	case *postgres.Store:
+		return postgresEngine(s)
+	default:
+		return nil
+	}
+}

@@ -1,0 +1,314 @@
+package leasequeue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"studio/leasequeue"
+	"studio/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// queue is a Handler over an in-memory queue of item names. run, when set,
+// is what Run does; renew, when set, answers renewals.
+type queue struct {
+	mu      sync.Mutex
+	pending []string
+	claims  int
+	ran     map[string]int
+
+	running, maxRunning atomic.Int32
+
+	run   func(ctx context.Context, item string)
+	renew func(items []string) (lost, canceled []string, err error)
+	// claimDelays are how long the claims that find items take, one at a
+	// time, each claiming one item, while any are left.
+	claimDelays []time.Duration
+}
+
+func newQueue(n int) *queue {
+	q := &queue{ran: map[string]int{}}
+	for i := range n {
+		q.pending = append(q.pending, fmt.Sprintf("item-%03d", i))
+	}
+	return q
+}
+
+func (q *queue) Claim(_ context.Context, owner string, limit int, ttl time.Duration) ([]string, error) {
+	if owner == "" || limit < 1 || ttl <= 0 {
+		return nil, fmt.Errorf("claim: owner %q, limit %d, ttl %v", owner, limit, ttl)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := min(limit, len(q.pending))
+	var delay time.Duration
+	if len(q.claimDelays) > 0 && n > 0 {
+		n, delay, q.claimDelays = 1, q.claimDelays[0], q.claimDelays[1:]
+	}
+	out := append([]string(nil), q.pending[:n]...)
+	q.pending = q.pending[n:]
+	if n > 0 {
+		q.claims++
+	}
+	q.mu.Unlock()
+	time.Sleep(delay)
+	q.mu.Lock()
+	return out, nil
+}
+
+func (q *queue) Key(item string) string { return item }
+
+func (q *queue) Renew(_ context.Context, _ string, items []string, _ time.Duration) ([]string, []string, error) {
+	if q.renew != nil {
+		return q.renew(items)
+	}
+	return nil, nil, nil
+}
+
+func (q *queue) Run(ctx context.Context, s *leasequeue.Session, item string) {
+	start := time.Now()
+	defer func() { s.Observe(time.Since(start)) }()
+	n := q.running.Add(1)
+	defer q.running.Add(-1)
+	for {
+		m := q.maxRunning.Load()
+		if n <= m || q.maxRunning.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	if q.run != nil {
+		q.run(ctx, item)
+	}
+	q.mu.Lock()
+	q.ran[item]++
+	q.mu.Unlock()
+}
+
+func (q *queue) ranAll(n int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.ran) == n
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting: %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func newRunner(t *testing.T, cfg leasequeue.Config, q *queue) *leasequeue.Runner[string] {
+	t.Helper()
+	if cfg.Owner == "" {
+		cfg.Owner = "test"
+	}
+	r, err := leasequeue.New(cfg, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestRunsEveryItemOnce: without ClaimAhead the runner holds no more items
+// than Concurrency, and runs each claimed item once.
+func TestRunsEveryItemOnce(t *testing.T) {
+	t.Parallel()
+	q := newQueue(200)
+	q.run = func(ctx context.Context, _ string) { time.Sleep(100 * time.Microsecond) }
+	r := newRunner(t, leasequeue.Config{Concurrency: 3}, q)
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "every item run", func() bool { return q.ranAll(200) })
+	r.Stop(context.Background())
+	for item, n := range q.ran {
+		if n != 1 {
+			t.Fatalf("%s ran %d times", item, n)
+		}
+	}
+	if m := q.maxRunning.Load(); m > 3 || m < 1 {
+		t.Fatalf("at most %d items ran at once, want 1..3", m)
+	}
+}
+
+// TestClaimAheadClaimsInBatches: with ClaimAhead and quick items the
+// runner claims far more than Concurrency at once.
+func TestClaimAheadClaimsInBatches(t *testing.T) {
+	t.Parallel()
+	q := newQueue(2000)
+	r := newRunner(t, leasequeue.Config{Concurrency: 2, ClaimAhead: true}, q)
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "every item run", func() bool { return q.ranAll(2000) })
+	r.Stop(context.Background())
+	q.mu.Lock()
+	claims := q.claims
+	q.mu.Unlock()
+	// Without claiming ahead, 2000 items take at least 1000 claims of 2;
+	// holding twice Concurrency, 500.
+	if claims >= 500 {
+		t.Fatalf("%d claims for 2000 items: not claiming ahead", claims)
+	}
+}
+
+// TestRenewalEndsItems: a renewal that answers "lost" ends the item's
+// context with store.ErrLeaseLost, "canceled" with ErrCanceled, and a lease
+// no renewal confirms before its deadline is lost too.
+func TestRenewalEndsItems(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		renew func(items []string) ([]string, []string, error)
+		want  error
+	}{
+		{"lost", func(items []string) ([]string, []string, error) { return items, nil, nil }, store.ErrLeaseLost},
+		{"canceled", func(items []string) ([]string, []string, error) { return nil, items, nil }, leasequeue.ErrCanceled},
+		{"unconfirmed", func([]string) ([]string, []string, error) { return nil, nil, errors.New("the database is away") }, store.ErrLeaseLost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			q := newQueue(1)
+			q.renew = tc.renew
+			causes := make(chan error, 1)
+			q.run = func(ctx context.Context, _ string) {
+				<-ctx.Done()
+				causes <- context.Cause(ctx)
+			}
+			r := newRunner(t, leasequeue.Config{Concurrency: 1, LeaseTTL: 30 * time.Millisecond}, q)
+			if err := r.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			defer r.Stop(context.Background())
+			select {
+			case got := <-causes:
+				if !errors.Is(got, tc.want) {
+					t.Fatalf("cause %v, want %v", got, tc.want)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the item was never ended")
+			}
+		})
+	}
+}
+
+// TestStopGrace: Stop lets a running item end within Grace, ends the
+// context of one that does not with ErrStopping, and returns only after
+// every item and loop has ended; the loops outlive the items.
+func TestStopGrace(t *testing.T) {
+	t.Parallel()
+	q := newQueue(2)
+	var itemsEnded atomic.Int32
+	loopSawItemsEnded := make(chan int32, 1)
+	causes := make(chan error, 2)
+	started := make(chan struct{}, 2)
+	q.run = func(ctx context.Context, item string) {
+		defer itemsEnded.Add(1)
+		started <- struct{}{}
+		if item == "item-000" {
+			// ends by itself, after the stop began
+			time.Sleep(20 * time.Millisecond)
+			causes <- nil
+			return
+		}
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+	}
+	r := newRunner(t, leasequeue.Config{
+		Concurrency: 2, Grace: 100 * time.Millisecond,
+		Loops: []func(context.Context){func(ctx context.Context) { <-ctx.Done(); loopSawItemsEnded <- itemsEnded.Load() }},
+	}, q)
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	<-started
+	r.Stop(context.Background())
+	got := []error{<-causes, <-causes}
+	if got[0] != nil || !errors.Is(got[1], leasequeue.ErrStopping) {
+		t.Fatalf("causes %v, want the quick item to end by itself and the other with ErrStopping", got)
+	}
+	if n := <-loopSawItemsEnded; n != 2 {
+		t.Fatalf("the loop ended when %d items had ended, want 2", n)
+	}
+}
+
+// TestStartStopInAnyOrder: Start and Stop from many goroutines at once,
+// twice, in any order; a stopped runner starts again and runs new items.
+func TestStartStopInAnyOrder(t *testing.T) {
+	t.Parallel()
+	q := newQueue(0)
+	r := newRunner(t, leasequeue.Config{Concurrency: 2, PollMax: 5 * time.Millisecond}, q)
+	r.Stop(context.Background()) // stopping a runner never started
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			if i%2 == 0 {
+				if err := r.Start(context.Background()); err != nil {
+					t.Error(err)
+				}
+			} else {
+				r.Stop(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	q.mu.Lock()
+	q.pending = append(q.pending, "late")
+	q.mu.Unlock()
+	eventually(t, "the late item run", func() bool { return q.ranAll(1) })
+	r.Stop(context.Background())
+	r.Stop(context.Background())
+}
+
+// TestSlowClaimIsRenewedFirst: an item whose claim took longer than the
+// lease (its deadline counts from before the claim), and that starts while
+// a renewal of the other items runs, is renewed before its deadline is held
+// against it: a renewal that confirms it keeps it.
+func TestSlowClaimIsRenewedFirst(t *testing.T) {
+	t.Parallel()
+	q := newQueue(2)
+	q.claimDelays = []time.Duration{0, 600 * time.Millisecond}
+	var renewed atomic.Int32
+	q.renew = func([]string) ([]string, []string, error) {
+		time.Sleep(100 * time.Millisecond) // renewals run back to back
+		renewed.Add(1)
+		return nil, nil, nil
+	}
+	causes := make(chan error, 2)
+	q.run = func(ctx context.Context, item string) {
+		if item == "item-000" { // held while the slow claim runs
+			for q.ranAll(0) && ctx.Err() == nil && len(causes) == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			return
+		}
+		for start := renewed.Load(); renewed.Load() < start+3 && ctx.Err() == nil; {
+			time.Sleep(time.Millisecond)
+		}
+		causes <- context.Cause(ctx)
+	}
+	r := newRunner(t, leasequeue.Config{Concurrency: 2, LeaseTTL: 300 * time.Millisecond}, q)
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop(context.Background())
+	if cause := <-causes; cause != nil {
+		t.Fatalf("the slowly claimed item ended with %v before three renewals", cause)
+	}
+}
