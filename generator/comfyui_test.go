@@ -45,8 +45,35 @@ func TestComfyUIGenerates(t *testing.T) {
 	t.Parallel()
 	f := providertest.NewComfyUI()
 	defer f.Server.Close()
-	f.SetDelay(60 * time.Millisecond) // the history is empty for a while
-	g, obs := newTestComfy(t, f)
+	// The prompt runs until Wait has found its history empty and looked
+	// it up in the queue: then it finishes. Releasing on what the
+	// generator did, not after a delay, keeps the history empty for a
+	// while however slow the machine is.
+	f.Hold()
+	obs := &calls{}
+	var release sync.Once
+	observe := func(gen, call, class string, d time.Duration) {
+		obs.observe(gen, call, class, d)
+		seen := map[string]int{}
+		for _, c := range obs.list() {
+			seen[c]++
+		}
+		// Submit's history and queue, then Wait's history, queue and
+		// history again: the prompt was pending while Wait polled.
+		if seen["history "] >= 3 && seen["queue "] >= 2 {
+			release.Do(f.Release)
+		}
+	}
+	s := comfySpec(f.BaseURL())
+	// The generator's timeout bounds each call and the whole wait. This
+	// test is not about timeouts (TestComfyUIErrors/wait_timeout is), and
+	// under -race on a loaded machine the fake alone takes seconds to draw
+	// a 512x512 PNG: a bound no run reaches.
+	s.Timeout = Duration(2 * time.Minute)
+	g, err := NewWith(Options{Observe: observe}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
 	job := baseJob()
 	img, err := run(t, g, job)
 	if err != nil {

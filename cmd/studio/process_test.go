@@ -5,12 +5,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -159,6 +162,71 @@ func (p *proc) signal(sig syscall.Signal) {
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		p.t.Fatalf("signal %v: %v", sig, err)
 	}
+}
+
+// waitStopped waits until the process is stopped (after SIGSTOP): every
+// one of its threads, as /proc lists them, or the process as ps(1) shows
+// it where there is no /proc. Until then a thread may still be finishing a
+// system call, such as taking a lock.
+func (p *proc) waitStopped(d time.Duration) {
+	p.t.Helper()
+	pid := p.cmd.Process.Pid
+	deadline := time.Now().Add(d)
+	for {
+		stopped, err := processStopped(pid)
+		if err != nil {
+			p.t.Fatalf("process %d: %v", pid, err)
+		}
+		if stopped {
+			return
+		}
+		select {
+		case <-p.done:
+			p.t.Fatalf("process %d exited instead of stopping: %v\n%s", pid, p.err, p.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("process %d did not stop within %v", pid, d)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// processStopped reports whether every thread of process pid is in the
+// stopped state.
+func processStopped(pid int) (bool, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat("/proc/self"); err == nil {
+			return false, errors.New("gone from /proc")
+		}
+		out, err := exec.Command("ps", "-o", "stat=", "-p", strconv.Itoa(pid)).Output()
+		if err != nil {
+			return false, fmt.Errorf("ps: %w", err)
+		}
+		return strings.HasPrefix(strings.TrimSpace(string(out)), "T"), nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // a thread that just ended
+		}
+		if err != nil {
+			return false, err
+		}
+		// "tid (comm) state ...": comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return false, fmt.Errorf("unreadable %s/stat: %q", task.Name(), b)
+		}
+		if state := b[i+2]; state != 'T' && state != 't' {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // wait waits for the process to exit and returns its exit code.

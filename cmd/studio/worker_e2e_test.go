@@ -212,8 +212,16 @@ func workGeneration(requestID string, sets, frames int, providers []string, para
 // has one writer at a time: a process stopped inside a transaction holds
 // every other one up until it runs again (a limit of the engine, not of
 // the workers: a stopped PostgreSQL client holds only its own rows). So
-// the test stops the worker, checks the write lock is free, and if not
-// lets it run a moment and stops it again.
+// the test stops the worker, waits until every thread of it is stopped,
+// checks the write lock is free, and if not lets it run a moment and stops
+// it again.
+//
+// The wait matters: kill(2) returns before the process has stopped. A
+// thread preempted inside a system call (likely on a loaded machine)
+// finishes that call before it stops, so a check made in between could
+// find the lock free and the worker then take it and stop holding it:
+// every other process then waits out its busy_timeout and fails with
+// SQLITE_BUSY (seen as the second worker's migrate failing).
 func (f *farm) stopQuiet(p *proc) {
 	f.t.Helper()
 	// A connection that does not wait for the lock: busy at once if taken.
@@ -224,6 +232,7 @@ func (f *farm) stopQuiet(p *proc) {
 	defer db.Close()
 	for range 100 {
 		p.signal(syscall.SIGSTOP)
+		p.waitStopped(time.Minute)
 		tx, err := db.Begin()
 		if err == nil {
 			tx.Rollback()
