@@ -294,20 +294,26 @@ func (c *Client) intent(ctx context.Context, path string, body []byte, header ht
 // one, once: every try sends the same id and body, so however many tries
 // it takes, one batch is made. The answer names the id.
 func (c *Client) CreateGeneration(ctx context.Context, req GenerationRequest) (*Created[Batch], error) {
-	if req.RequestID == "" {
+	return createIntent[Batch](ctx, c, "create generation", "/v1/generations", &req.RequestID, &req)
+}
+
+// createIntent makes *requestID once when it is empty, encodes req (which
+// holds that id) once, and POSTs the same bytes on every try.
+func createIntent[T any](ctx context.Context, c *Client, what, path string, requestID *string, req any) (*Created[T], error) {
+	if *requestID == "" {
 		id, err := NewRequestID()
 		if err != nil {
 			return nil, err
 		}
-		req.RequestID = id
+		*requestID = id
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return nil, fmt.Errorf("create generation: encode: %w", err)
+		return nil, fmt.Errorf("%s: encode: %w", what, err)
 	}
-	out := &Created[Batch]{RequestID: req.RequestID}
-	if out.Replayed, err = c.intent(ctx, "/v1/generations", body, nil, req.RequestID, &out.Record); err != nil {
-		return nil, fmt.Errorf("create generation %s: %w", req.RequestID, err)
+	out := &Created[T]{RequestID: *requestID}
+	if out.Replayed, err = c.intent(ctx, path, body, nil, *requestID, &out.Record); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, *requestID, err)
 	}
 	return out, nil
 }
@@ -481,22 +487,7 @@ func (c *Client) Upload(ctx context.Context, contentType string, data []byte, ke
 // CreatePublication publishes assets of a batch. Without req.RequestID it
 // makes one, once, as CreateGeneration does.
 func (c *Client) CreatePublication(ctx context.Context, req PublicationRequest) (*Created[Publication], error) {
-	if req.RequestID == "" {
-		id, err := NewRequestID()
-		if err != nil {
-			return nil, err
-		}
-		req.RequestID = id
-	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("create publication: encode: %w", err)
-	}
-	out := &Created[Publication]{RequestID: req.RequestID}
-	if out.Replayed, err = c.intent(ctx, "/v1/publications", body, nil, req.RequestID, &out.Record); err != nil {
-		return nil, fmt.Errorf("create publication %s: %w", req.RequestID, err)
-	}
-	return out, nil
+	return createIntent[Publication](ctx, c, "create publication", "/v1/publications", &req.RequestID, &req)
 }
 
 // GetPublication reads a publication.
