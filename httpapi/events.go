@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -32,9 +31,6 @@ type Events struct {
 const (
 	DefaultEventPoll      = 250 * time.Millisecond
 	DefaultEventHeartbeat = 15 * time.Second
-	// eventWriteTimeout bounds each write of a stream: a client that
-	// stops reading is dropped.
-	eventWriteTimeout = time.Minute
 )
 
 // eventCursor is where a stream stands, and what its event ids encode:
@@ -109,7 +105,6 @@ func (s *Server) batchEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
@@ -258,11 +253,9 @@ func (st *eventStream) send(event, id string, v any) error {
 func (st *eventStream) comment(text string) error { return st.write(": " + text + "\n\n") }
 
 func (st *eventStream) write(s string) error {
-	// A deadline per write: a server-wide WriteTimeout must not cut a
-	// long stream, and a client that stops reading must not hold it.
-	if err := st.rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return err
-	}
+	// Each write renews the connection's write deadline (the server's
+	// write-stall limit, statusWriter.Write): a client that stops reading
+	// does not hold the stream.
 	st.wrote = true
 	if _, err := st.w.Write([]byte(s)); err != nil {
 		return err

@@ -110,11 +110,6 @@ func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	// The answer may come after the wait: let the write deadline (if the
-	// server sets one) cover it.
-	if req.Wait > 0 {
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(req.Wait + 30*time.Second))
-	}
 	actor, _ := ActorFrom(r.Context())
 	l, replayed, err := s.locks.Acquire(r.Context(), actor, requestID, req)
 	if err != nil {
@@ -126,7 +121,6 @@ func (s *Server) acquireLock(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Idempotent-Replayed", "true")
 		status = http.StatusOK
 	}
-	w.Header().Set("Cache-Control", "no-store")
 	s.ok(w, r, status, toLeaseJSON(l))
 }
 
@@ -191,7 +185,6 @@ func (s *Server) serveLease(w http.ResponseWriter, r *http.Request, call func(ct
 		s.Error(w, r, lockError(err))
 		return
 	}
-	w.Header().Set("Cache-Control", "no-store")
 	s.ok(w, r, http.StatusOK, toLeaseJSON(l))
 }
 
@@ -201,7 +194,11 @@ func (s *Server) inspectLock(w http.ResponseWriter, r *http.Request) {
 	if !s.locksServed(w, r) {
 		return
 	}
-	q := r.URL.Query()
+	q, err := parseQuery(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
 	var fields []intent.FieldError
 	for _, name := range []string{"name", "key"} {
 		if len(q[name]) != 1 {
@@ -217,7 +214,7 @@ func (s *Server) inspectLock(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	if len(fields) > 0 {
-		s.Error(w, r, &intent.Error{Code: intent.EInvalid, Message: "The query is invalid.", Fields: fields})
+		s.Error(w, r, &intent.Error{Code: intent.EInvalid, Message: "The query is not valid.", Fields: fields})
 		return
 	}
 	actor, _ := ActorFrom(r.Context())
@@ -230,7 +227,6 @@ func (s *Server) inspectLock(w http.ResponseWriter, r *http.Request) {
 	for _, h := range info.Holders {
 		out.Holders = append(out.Holders, holderJSON{Fence: h.Fence, ExpiresAt: rfc3339ms(h.Expires)})
 	}
-	w.Header().Set("Cache-Control", "no-store")
 	s.ok(w, r, http.StatusOK, out)
 }
 
@@ -272,7 +268,9 @@ func (s *Server) decodeLockBody(w http.ResponseWriter, r *http.Request, v any) e
 		if field != "" {
 			e.Fields = []intent.FieldError{{Field: field, Message: msg}}
 		} else {
-			e.Message = "The request body is invalid: " + msg
+			// Not one object (malformed JSON, another type, trailing
+			// data): say what is wanted, not the decoder's words.
+			e.Message = "The request body must be one JSON object of the documented members."
 		}
 		return e
 	}

@@ -324,6 +324,22 @@ func TestLocksBadInput(t *testing.T) {
 			}
 		})
 	}
+	t.Run("not an object", func(t *testing.T) {
+		// The detail says what is wanted, never the decoder's words (a Go
+		// type name, a jsontext error).
+		for _, body := range []string{`[]`, `{"request_id":`, `{} {}`, ``} {
+			p := wantProblem(t, h.lockCall("alice", "acquire", body), 400)
+			if strings.Contains(p.Detail, "httpapi.") || strings.Contains(p.Detail, "json") {
+				t.Errorf("body %q: detail %q shows the decoder", body, p.Detail)
+			}
+		}
+	})
+	t.Run("malformed inspect query", func(t *testing.T) {
+		p := wantProblem(t, h.do(req{method: http.MethodGet, path: "/v1/locks/inspect?name=jobs&key=%zz", actor: "alice"}), 400)
+		if p.Detail != "The query string is malformed." {
+			t.Errorf("detail %q", p.Detail)
+		}
+	})
 	t.Run("not json media type", func(t *testing.T) {
 		wantProblem(t, h.do(req{method: http.MethodPost, path: "/v1/locks/acquire", actor: "alice",
 			body: acquireJSON("r", "jobs", "k", 30000, 0, 0), header: http.Header{"Content-Type": {"text/plain"}}}), 415)
