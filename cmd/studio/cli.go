@@ -305,7 +305,9 @@ func submit(ctx context.Context, f clientFlags, file string, fresh, wait bool, d
 		return err
 	}
 	requestID := ""
-	if raw, ok := probe["request_id"]; ok {
+	// A request_id of null is none (as the server reads it): the journal
+	// must name the request then, or a rerun would make another batch.
+	if raw, ok := probe["request_id"]; ok && string(bytes.TrimSpace(raw)) != "null" {
 		if fresh {
 			return usageErr("%s names its request_id: --new cannot make another one; change or remove it", file)
 		}

@@ -526,6 +526,21 @@ func TestCallerCommands(t *testing.T) {
 		t.Fatalf("wait on a failing batch: exit %d, %s", code, errs)
 	}
 
+	// A request_id of null is no request id: the journal names the
+	// request, so running the same command again answers the same batch.
+	nullID := `{"request_id": null, "prompt": "null id", "sets": [{"collection": "c", "frames": ["a"]}], "params": {"width": 16, "height": 16}}`
+	var nullIDs []string
+	for range 2 {
+		code, out, errs := cli(nullID, "submit", "-", "--journal", journal)
+		if code != exitOK {
+			t.Fatalf("submit with a null request_id: exit %d, %q, %s", code, out, errs)
+		}
+		nullIDs = append(nullIDs, strings.TrimSpace(out))
+	}
+	if nullIDs[0] == "" || nullIDs[0] != nullIDs[1] {
+		t.Fatalf("a null request_id submitted twice made batches %q", nullIDs)
+	}
+
 	bad := `{"prompt": "", "sets": []}`
 	if code, _, errs := cli(bad, "submit", "-", "--journal", journal); code != exitUsage || !strings.Contains(errs, "prompt must not be empty") {
 		t.Fatalf("bad input: exit %d, %s", code, errs)
