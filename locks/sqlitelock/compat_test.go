@@ -178,4 +178,10 @@ func TestCloseCancelsBusyAcquire(t *testing.T) {
 		t.Fatalf("Hold: %v, want ErrClosed", err)
 	}
 	t.Logf("Close returned after %v with an acquisition waiting on a busy database", took)
+	// ErrClosed alone does not show the statement was cancelled (Close
+	// cancels the engine's context first): an uncancelled one holds Close
+	// until SQLite's busy handler gives up, BusyTimeout after it began.
+	if limit := BusyTimeout * time.Millisecond / 2; took >= limit {
+		t.Fatalf("Close took %v: the busy acquisition was not cancelled (BusyTimeout %v)", took, BusyTimeout*time.Millisecond)
+	}
 }
