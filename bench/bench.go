@@ -355,8 +355,8 @@ func b2i(s string) uint64 {
 }
 
 // commit: CreateIntent of an n-task tree beside one transaction inserting
-// the same rows (binding, batch, tasks) with one prepared statement for
-// the tasks, nothing else.
+// the same rows (binding, batch, tasks) with the store's own prepared
+// statements (the tasks in the same chunks), nothing else.
 func (b *bench) commit(tasks, def int) (*Result, error) {
 	n := b.samples(def)
 	trees := make([]intent.NewIntent, 2*n)

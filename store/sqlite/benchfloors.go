@@ -38,18 +38,11 @@ func (f BenchFloors) Commit(ctx context.Context, in intent.NewIntent) error {
 	if _, err := tx.StmtContext(ctx, f.stmts.insertIntent).ExecContext(ctx, bd.Actor, bd.RequestID, bd.Operation, bd.Fingerprint, bd.ResourceID, now); err != nil {
 		return err
 	}
-	if _, err := tx.StmtContext(ctx, f.stmts.insertBatch).ExecContext(ctx, nb.ID, bd.Actor, bd.RequestID, nb.Prompt, nb.Spec, len(nb.Tasks), len(nb.Tasks), now, now); err != nil {
+	// The store's own batch and task inserts: the floor follows the schema
+	// and the chunking; what it leaves out is the store's check, its error
+	// translation only runs on an error.
+	if err := insertBatch(ctx, tx, f.stmts.insertBatch, inserts, bd, nb); err != nil {
 		return err
-	}
-	args := make([]any, 0, 3+taskRowValues*taskChunk)
-	for i, st := range inserts {
-		args = append(args[:0], nb.ID, bd.Actor, now)
-		for _, t := range nb.Tasks[i*taskChunk : min((i+1)*taskChunk, len(nb.Tasks))] {
-			args = append(args, t.ID, t.Collection, t.Frame, t.Generator, int64(t.Candidate))
-		}
-		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
-			return err
-		}
 	}
 	return tx.Commit()
 }

@@ -111,6 +111,9 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 	if err := tx.Commit(); err != nil {
 		return intent.Binding{}, false, fmt.Errorf("create intent: commit: %w", err)
 	}
+	// As stored (milliseconds), so this process's look-ups answer what
+	// another process or a restart reads.
+	b.CreatedAt = fromMS(now)
 	s.bindings.add(b)
 	return b, true, nil
 }
