@@ -161,6 +161,8 @@ func TestOpenAIErrors(t *testing.T) {
 			true, ClassRejected, 0, "does not exist"},
 		{"403 with the key quoted", providertest.Reply{Status: 403, Type: "invalid_request_error", Message: "Key " + testKey + " may not use images."},
 			true, ClassAuth, 0, "TEST_OPENAI_KEY"},
+		{"400 with the key quoted", providertest.Reply{Status: 400, Type: "invalid_request_error", Message: "Key " + testKey + " is malformed."},
+			true, ClassRejected, 0, "Key [redacted] is malformed."},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
