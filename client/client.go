@@ -275,7 +275,7 @@ func seg(s string) string { return url.PathEscape(s) }
 // intent POSTs an intent's body under its request id (already in the
 // body, or sent as Idempotency-Key when header is set) and decodes the
 // record.
-func (c *Client) intent(ctx context.Context, path string, body []byte, header http.Header, requestID string, v any) (bool, error) {
+func (c *Client) intent(ctx context.Context, path string, body []byte, header http.Header, v any) (bool, error) {
 	if header == nil {
 		header = http.Header{}
 	}
@@ -285,7 +285,7 @@ func (c *Client) intent(ctx context.Context, path string, body []byte, header ht
 		return false, err
 	}
 	if err := decode(a, v); err != nil {
-		return false, fmt.Errorf("request %s: %w", requestID, err)
+		return false, err // the caller names the request id
 	}
 	return a.status == http.StatusOK && a.header.Get("Idempotent-Replayed") == "true", nil
 }
@@ -312,7 +312,7 @@ func createIntent[T any](ctx context.Context, c *Client, what, path string, requ
 		return nil, fmt.Errorf("%s: encode: %w", what, err)
 	}
 	out := &Created[T]{RequestID: *requestID}
-	if out.Replayed, err = c.intent(ctx, path, body, nil, *requestID, &out.Record); err != nil {
+	if out.Replayed, err = c.intent(ctx, path, body, nil, &out.Record); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", what, *requestID, err)
 	}
 	return out, nil
@@ -348,7 +348,7 @@ func (c *Client) CreateGenerationJSON(ctx context.Context, body []byte, requestI
 	}
 	out := &Created[Batch]{RequestID: requestID}
 	var err error
-	if out.Replayed, err = c.intent(ctx, "/v1/generations", body, header, requestID, &out.Record); err != nil {
+	if out.Replayed, err = c.intent(ctx, "/v1/generations", body, header, &out.Record); err != nil {
 		return nil, fmt.Errorf("create generation %s: %w", requestID, err)
 	}
 	return out, nil
