@@ -317,6 +317,9 @@ func TestRetryAfterHeader(t *testing.T) {
 	if got := retryAfter(map[string][]string{"Retry-After-Ms": {"1500"}, "Retry-After": {"9"}}, now); got != 1500*time.Millisecond {
 		t.Errorf("retry-after-ms: %v", got)
 	}
+	if got := retryAfter(map[string][]string{"Retry-After-Ms": {"1e300"}}, now); got != time.Hour {
+		t.Errorf("a huge retry-after-ms: %v, want the 1h bound", got)
+	}
 }
 
 func TestTaskSeed(t *testing.T) {

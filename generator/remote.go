@@ -219,7 +219,9 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 	var d time.Duration
 	if ms := h.Get("Retry-After-Ms"); ms != "" {
 		if v, err := strconv.ParseFloat(ms, 64); err == nil && v > 0 {
-			d = time.Duration(v * float64(time.Millisecond))
+			// Bounded before the conversion: a float past int64 converts to
+			// whatever the machine gives (negative on amd64).
+			d = time.Duration(min(v, float64(maxRetryAfter/time.Millisecond)) * float64(time.Millisecond))
 		}
 	}
 	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" && d == 0 {

@@ -20,9 +20,10 @@ func (s *Store) BatchChanges(ctx context.Context, p store.ChangesParams) (store.
 		return store.Changes{}, fmt.Errorf("batch changes: %w", err)
 	}
 	defer tx.Rollback()
-	b, err := getBatch(ctx, tx, p.Actor, p.BatchID)
+	// The request path's prepared batch read: streams poll every 250 ms.
+	b, err := scanBatch(tx.StmtContext(ctx, s.reads.getBatch).QueryRowContext(ctx, p.BatchID, p.Actor))
 	if err != nil {
-		return store.Changes{}, err
+		return store.Changes{}, interpret(err)
 	}
 	out := store.Changes{Batch: b}
 	if err := tx.QueryRowContext(ctx, `SELECT n FROM task_change_clock`).Scan(&out.Position); err != nil {
