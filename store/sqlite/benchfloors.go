@@ -9,42 +9,23 @@ import (
 // BenchFloors are the bare statements `studio bench` measures this store
 // against: the least the same work can cost on SQLite, with nothing
 // around it (no check, no error translation).
-type BenchFloors struct {
-	s     *Store
-	stmts *commitStmts // the floor's own, prepared as the store's are
-}
+type BenchFloors struct{ s *Store }
 
 // NewBenchFloors returns the floors of s.
-func NewBenchFloors(s *Store) BenchFloors { return BenchFloors{s: s, stmts: &commitStmts{bare: true}} }
+func NewBenchFloors(s *Store) BenchFloors { return BenchFloors{s: s} }
 
 // Commit inserts a tree's rows (binding, batch, tasks) in one IMMEDIATE
-// transaction, with the statements the store writes them with (the tasks
-// taskChunk rows per execution), prepared once across transactions.
+// transaction, the way the store writes them (at the driver's level, the
+// statements prepared once, the tasks taskChunk rows per execution), but
+// with a bare insert of the binding instead of the store's check.
 func (f BenchFloors) Commit(ctx context.Context, in intent.NewIntent) error {
-	bd, nb := in.Binding, in.Batch
-	inserts, err := f.stmts.taskInserts(ctx, f.s.write, len(nb.Tasks))
-	if err != nil {
-		return err
-	}
-	if err := f.stmts.prepare(ctx, f.s.write); err != nil {
-		return err
-	}
-	tx, err := f.s.write.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	now := bd.CreatedAt.UnixMilli()
-	if _, err := tx.StmtContext(ctx, f.stmts.insertIntent).ExecContext(ctx, bd.Actor, bd.RequestID, bd.Operation, bd.Fingerprint, bd.ResourceID, now); err != nil {
-		return err
-	}
-	// The store's own batch and task inserts: the floor follows the schema
-	// and the chunking; what it leaves out is the store's check, its error
-	// translation only runs on an error.
-	if err := insertBatch(ctx, tx, f.stmts.insertBatch, inserts, bd, nb); err != nil {
-		return err
-	}
-	return tx.Commit()
+	bd := in.Binding
+	return inWriteTx(ctx, f.s.write, &f.s.writeStmts, func(tx *writeTx) error {
+		if _, err := tx.exec(insertIntentSQL, bd.Actor, bd.RequestID, bd.Operation, bd.Fingerprint, bd.ResourceID, bd.CreatedAt.UnixMilli()); err != nil {
+			return err
+		}
+		return insertBatch(tx, bd, in.Batch)
+	})
 }
 
 // Replay reads the binding and the batch by primary key on the read pool,

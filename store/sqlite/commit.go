@@ -1,19 +1,15 @@
 package sqlite
 
 import (
-	"context"
-	"database/sql"
-	"errors"
-	"fmt"
 	"strings"
 	"sync"
 
 	"studio/intent"
 )
 
-// The intent commit's statements, prepared once per store on the write
-// connection and bound to each transaction with Tx.StmtContext: parsing
-// them anew in every commit cost as much as running them.
+// The intent commit's statements, prepared once on the write connection
+// and kept (writetx.go): parsing them anew in every commit cost as much
+// as running them.
 
 const (
 	// bindIntentSQL binds a request id unless it is bound already (then
@@ -54,81 +50,14 @@ func taskInsertSQL(n int) string {
 	return q.String()
 }
 
-// commitStmts are the statements of CreateIntent: the fixed ones, and the
-// task inserts by number of rows (taskChunk, and each remainder seen).
-type commitStmts struct {
-	mu sync.Mutex
-	// insertIntent is bindIntentSQL, or insertIntentSQL for the bench's
-	// floor (bare).
-	lookupIntent, insertIntent, insertBatch *sql.Stmt
-	tasks                                   map[int]*sql.Stmt
-	bare                                    bool
-}
-
-func (c *commitStmts) prepare(ctx context.Context, db *sql.DB) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.lookupIntent != nil {
-		return nil
+// taskInsertSQLs are taskInsertSQL(n) for each n from 1 to taskChunk.
+var taskInsertSQLs = sync.OnceValue(func() []string {
+	qs := make([]string, taskChunk+1)
+	for n := 1; n <= taskChunk; n++ {
+		qs[n] = taskInsertSQL(n)
 	}
-	var stmts [3]*sql.Stmt
-	bind := bindIntentSQL
-	if c.bare {
-		bind = insertIntentSQL
-	}
-	for i, q := range []string{lookupIntentSQL, bind, insertBatchSQL} {
-		st, err := db.PrepareContext(ctx, q)
-		if err != nil {
-			for _, p := range stmts[:i] {
-				p.Close()
-			}
-			return fmt.Errorf("prepare commit statements: %w", err)
-		}
-		stmts[i] = st
-	}
-	c.lookupIntent, c.insertIntent, c.insertBatch = stmts[0], stmts[1], stmts[2]
-	return nil
-}
-
-// taskInserts answers the statements that insert n tasks, in order: full
-// chunks, then the rest. They must be prepared before the transaction
-// begins (the write pool's one connection is the transaction's).
-func (c *commitStmts) taskInserts(ctx context.Context, db *sql.DB, n int) ([]*sql.Stmt, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.tasks == nil {
-		c.tasks = map[int]*sql.Stmt{}
-	}
-	out := make([]*sql.Stmt, 0, (n+taskChunk-1)/taskChunk)
-	for lo := 0; lo < n; lo += taskChunk {
-		k := min(taskChunk, n-lo)
-		st := c.tasks[k]
-		if st == nil {
-			var err error
-			if st, err = db.PrepareContext(ctx, taskInsertSQL(k)); err != nil {
-				return nil, fmt.Errorf("prepare task insert: %w", err)
-			}
-			c.tasks[k] = st
-		}
-		out = append(out, st)
-	}
-	return out, nil
-}
-
-func (c *commitStmts) close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var errs []error
-	for _, st := range []*sql.Stmt{c.lookupIntent, c.insertIntent, c.insertBatch} {
-		if st != nil {
-			errs = append(errs, st.Close())
-		}
-	}
-	for _, st := range c.tasks {
-		errs = append(errs, st.Close())
-	}
-	return errors.Join(errs...)
-}
+	return qs
+})
 
 // cacheEntries bounds each of the store's caches (bindings, tokens).
 const cacheEntries = 1 << 14

@@ -57,59 +57,45 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 		return intent.Binding{}, false, fmt.Errorf("create intent: exactly one of batch or publication")
 	}
 	b := in.Binding
-	// Every statement the transaction runs is prepared before it begins:
-	// the write pool has one connection, which the transaction holds.
-	var taskInserts []*sql.Stmt
-	if in.Batch != nil {
-		var err error
-		if taskInserts, err = s.commitStmts.taskInserts(ctx, s.write, len(in.Batch.Tasks)); err != nil {
-			return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
-		}
-	}
-	if err := s.commitStmts.prepare(ctx, s.write); err != nil {
-		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
-	}
-	tx, err := s.write.BeginTx(ctx, nil)
-	if err != nil {
-		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
-	}
-	defer tx.Rollback()
-
-	// The check inside the transaction: the guarantee. The write lock is
-	// held from BEGIN IMMEDIATE on, so no other writer can bind the id
-	// between this insert and the rest of the tree. The insert is the
-	// check: it writes nothing when the id is bound already, and then the
-	// binding found is the answer (a replay or a conflict) and nothing
-	// else is written.
 	now := ms(b.CreatedAt)
-	res, err := tx.StmtContext(ctx, s.commitStmts.insertIntent).ExecContext(ctx,
-		b.Actor, b.RequestID, b.Operation, b.Fingerprint, b.ResourceID, now)
-	if err != nil {
-		return intent.Binding{}, false, fmt.Errorf("create intent: bind: %w", interpret(err))
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return intent.Binding{}, false, fmt.Errorf("create intent: bind: %w", err)
-	} else if n == 0 {
-		found, err := lookupIntent(ctx, tx.StmtContext(ctx, s.commitStmts.lookupIntent), b.Actor, b.RequestID)
+	var found intent.Binding
+	created := false
+	err := inWriteTx(ctx, s.write, &s.writeStmts, func(tx *writeTx) error {
+		// The check inside the transaction: the guarantee. The write lock
+		// is held from BEGIN IMMEDIATE on, so no other writer can bind the
+		// id between this insert and the rest of the tree. The insert is
+		// the check: it writes nothing when the id is bound already, and
+		// then the binding found is the answer (a replay or a conflict)
+		// and nothing else is written.
+		n, err := tx.exec(bindIntentSQL, b.Actor, b.RequestID, b.Operation, b.Fingerprint, b.ResourceID, now)
 		if err != nil {
-			return intent.Binding{}, false, fmt.Errorf("create intent: check binding: %w", err)
+			return fmt.Errorf("bind: %w", interpret(err))
 		}
+		if n == 0 {
+			found = intent.Binding{Actor: b.Actor, RequestID: b.RequestID}
+			var at int64
+			if err := tx.queryRow(lookupIntentSQL, []any{b.Actor, b.RequestID},
+				&found.Operation, &found.Fingerprint, &found.ResourceID, &at); err != nil {
+				return fmt.Errorf("check binding: %w", interpret(err))
+			}
+			found.CreatedAt = fromMS(at)
+			return nil
+		}
+		created = true
+		if in.Batch != nil {
+			return insertBatch(tx, b, in.Batch)
+		}
+		return insertPublication(tx, b, in.Publication)
+	})
+	if err != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
+	}
+	if !created {
 		if found.Operation != b.Operation || found.Fingerprint != b.Fingerprint {
 			return intent.Binding{}, false, &intent.Error{Code: intent.EConflict, Message: intent.ConflictMessage}
 		}
 		s.bindings.add(found)
 		return found, false, nil
-	}
-	if in.Batch != nil {
-		err = insertBatch(ctx, tx, s.commitStmts.insertBatch, taskInserts, b, in.Batch)
-	} else {
-		err = insertPublication(ctx, tx, b, in.Publication)
-	}
-	if err != nil {
-		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return intent.Binding{}, false, fmt.Errorf("create intent: commit: %w", err)
 	}
 	// As stored (milliseconds), so this process's look-ups answer what
 	// another process or a restart reads.
@@ -121,23 +107,23 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 // insertBatch writes the batch row and its tasks, taskChunk rows per
 // statement execution (the last execution takes the rest): the driver's
 // cost per execution, not SQLite's per row, is most of a small tree's
-// commit. inserts are the prepared statements of those sizes, in order.
-func insertBatch(ctx context.Context, tx *sql.Tx, batch *sql.Stmt, inserts []*sql.Stmt, b intent.Binding, nb *intent.NewBatch) error {
+// commit.
+func insertBatch(tx *writeTx, b intent.Binding, nb *intent.NewBatch) error {
 	now := ms(nb.CreatedAt)
 	n := len(nb.Tasks)
-	if _, err := tx.StmtContext(ctx, batch).ExecContext(ctx, nb.ID, b.Actor, b.RequestID, nb.Prompt, nb.Spec, n, n, now, now); err != nil {
+	if _, err := tx.exec(insertBatchSQL, nb.ID, b.Actor, b.RequestID, nb.Prompt, nb.Spec, n, n, now, now); err != nil {
 		return fmt.Errorf("insert batch: %w", interpret(err))
 	}
 	args := make([]any, 0, 3+taskRowValues*min(n, taskChunk))
-	for i, st := range inserts {
-		lo := i * taskChunk
+	for lo := 0; lo < n; lo += taskChunk {
+		hi := min(lo+taskChunk, n)
 		args = append(args[:0], nb.ID, b.Actor, now)
-		for j := lo; j < min(lo+taskChunk, n); j++ {
+		for j := lo; j < hi; j++ {
 			t := &nb.Tasks[j]
 			args = append(args, t.ID, t.Collection, t.Frame, t.Generator, int64(t.Candidate))
 		}
-		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
-			return fmt.Errorf("insert tasks %d..%d: %w", lo, min(lo+taskChunk, n)-1, interpret(err))
+		if _, err := tx.exec(taskInsertSQLs()[hi-lo], args...); err != nil {
+			return fmt.Errorf("insert tasks %d..%d: %w", lo, hi-1, interpret(err))
 		}
 	}
 	return nil

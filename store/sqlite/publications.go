@@ -24,46 +24,41 @@ var _ store.PublicationStore = (*Store)(nil)
 // still running, not expired. Its parameters are id, fence, now.
 const itemLive = `id = ? AND fence = ? AND state = 'running' AND lease_expires_at > ?`
 
+// insertItemSQL inserts one publication item, if its asset was made by
+// the actor's batch.
+const insertItemSQL = `INSERT INTO publication_items (id, publication_id, asset_id, created_at, updated_at)
+	SELECT ?, ?, a.id, ?, ? FROM assets a
+	WHERE a.id = ? AND a.actor = ? AND (SELECT t.batch_id FROM tasks t WHERE t.id = a.task_id) = ?`
+
 // insertPublication writes a publication and its items inside the intent's
 // transaction. The inserts select from the actor's batch and its assets, so
 // the rule the service checked before the transaction (every asset was
 // made by the actor's batch) holds in it too.
-func insertPublication(ctx context.Context, tx *sql.Tx, b intent.Binding, np *intent.NewPublication) error {
+func insertPublication(tx *writeTx, b intent.Binding, np *intent.NewPublication) error {
 	now := ms(np.CreatedAt)
 	n := len(np.Items)
 	if n == 0 {
 		return errors.New("insert publication: no items")
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO publications (id, actor, request_id, batch_id, channel, item_count, queued, created_at, updated_at)
+	k, err := tx.exec(`INSERT INTO publications (id, actor, request_id, batch_id, channel, item_count, queued, created_at, updated_at)
 		SELECT ?, ?, ?, id, ?, ?, ?, ?, ? FROM batches WHERE id = ? AND actor = ?`,
 		np.ID, b.Actor, b.RequestID, np.Channel, n, n, now, now, np.BatchID, b.Actor)
 	if err != nil {
 		return fmt.Errorf("insert publication: %w", interpret(err))
 	}
-	if k, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("insert publication: %w", err)
-	} else if k == 0 {
+	if k == 0 {
 		return intent.Errorf(intent.EUnprocessable, "No batch of yours has the id %s.", np.BatchID)
 	}
 	// The asset by its key, then its task by its key: written as a
 	// correlated subquery so that the planner cannot start from the batch's
 	// tasks instead (which made each insert scan the whole batch).
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO publication_items (id, publication_id, asset_id, created_at, updated_at)
-		SELECT ?, ?, a.id, ?, ? FROM assets a
-		WHERE a.id = ? AND a.actor = ? AND (SELECT t.batch_id FROM tasks t WHERE t.id = a.task_id) = ?`)
-	if err != nil {
-		return fmt.Errorf("prepare item insert: %w", err)
-	}
-	defer stmt.Close()
 	for i := range np.Items {
 		it := &np.Items[i]
-		res, err := stmt.ExecContext(ctx, it.ID, np.ID, now, now, it.AssetID, b.Actor, np.BatchID)
+		k, err := tx.exec(insertItemSQL, it.ID, np.ID, now, now, it.AssetID, b.Actor, np.BatchID)
 		if err != nil {
 			return fmt.Errorf("insert item %d: %w", i, interpret(err))
 		}
-		if k, err := res.RowsAffected(); err != nil {
-			return fmt.Errorf("insert item %d: %w", i, err)
-		} else if k == 0 {
+		if k == 0 {
 			return intent.Errorf(intent.EUnprocessable, "1 asset is not made by batch %s: %s.", np.BatchID, it.AssetID)
 		}
 	}

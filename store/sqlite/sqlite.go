@@ -64,9 +64,9 @@ type Store struct {
 	reads readStmts
 	// applied names the migrations Open applied.
 	applied []string
-	// commitStmts are CreateIntent's statements, prepared at first use
-	// (commit.go).
-	commitStmts commitStmts
+	// writeStmts are CreateIntent's statements on the write connection,
+	// prepared at first use (writetx.go).
+	writeStmts driverStmts
 	// bindings and tokens remember what never changes once written: a
 	// request id's binding, a token's actor (commit.go).
 	bindings bindingCache
@@ -148,7 +148,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 
 // Close closes both pools.
 func (s *Store) Close() error {
-	errs := []error{s.reads.close(), s.commitStmts.close()}
+	errs := []error{s.reads.close(), s.writeStmts.close(s.write)}
 	if s.read != nil {
 		errs = append(errs, s.read.Close())
 	}
