@@ -97,8 +97,14 @@ func inWriteTx(ctx context.Context, db *sql.DB, d *driverStmts, f func(*writeTx)
 		defer func() {
 			if !done {
 				if _, rerr := t.exec("ROLLBACK"); rerr != nil {
-					// The connection's state is unknown: database/sql
-					// drops it and opens another.
+					// The connection's state is unknown (a failed COMMIT
+					// may have ended the transaction, or not): its
+					// statements are finalized and database/sql drops it
+					// and opens another.
+					for q, st := range t.stmts {
+						st.Close()
+						delete(t.stmts, q)
+					}
 					err = errors.Join(err, fmt.Errorf("rollback: %w", rerr), driver.ErrBadConn)
 				}
 			}
