@@ -56,7 +56,18 @@ func (s *Store) BatchChanges(ctx context.Context, p store.ChangesParams) (store.
 
 // ListPublications pages the actor's publications, newest first.
 func (s *Store) ListPublications(ctx context.Context, p store.ListParams) ([]intent.Publication, error) {
-	q := `SELECT ` + publicationColumns + ` FROM publications WHERE actor = ?`
+	out, err := pageNewestFirst(ctx, s.read, `SELECT `+publicationColumns+` FROM publications`, p, scanPublication)
+	if err != nil {
+		return nil, fmt.Errorf("list publications: %w", err)
+	}
+	return out, nil
+}
+
+// pageNewestFirst runs from (a SELECT of one table's columns, without a
+// WHERE) over the actor's rows after p.After, newest first (ids are
+// drawn in time order), at most p.Limit of them.
+func pageNewestFirst[T any](ctx context.Context, db *sql.DB, from string, p store.ListParams, scan func(scanner) (T, error)) ([]T, error) {
+	q := from + ` WHERE actor = ?`
 	args := []any{p.Actor}
 	if p.After != "" {
 		q += ` AND id < ?`
@@ -64,23 +75,18 @@ func (s *Store) ListPublications(ctx context.Context, p store.ListParams) ([]int
 	}
 	q += ` ORDER BY id DESC LIMIT ?`
 	args = append(args, p.Limit)
-	rows, err := s.read.QueryContext(ctx, q, args...)
+	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list publications: %w", err)
+		return nil, err
 	}
 	defer rows.Close()
-	var out []intent.Publication
+	var out []T
 	for rows.Next() {
-		var pub intent.Publication
-		var started bool
-		var created, updated int64
-		if err := rows.Scan(&pub.ID, &pub.Actor, &pub.RequestID, &pub.BatchID, &pub.Channel, &pub.ItemCount,
-			&pub.Counts.Queued, &pub.Counts.Running, &pub.Counts.Succeeded, &pub.Counts.Failed, &started, &created, &updated); err != nil {
-			return nil, fmt.Errorf("list publications: %w", err)
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
 		}
-		pub.State = pub.Counts.State(started)
-		pub.CreatedAt, pub.UpdatedAt = fromMS(created), fromMS(updated)
-		out = append(out, pub)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }

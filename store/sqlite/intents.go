@@ -170,28 +170,11 @@ func getBatch(ctx context.Context, q queryer, actor, id string) (intent.Batch, e
 
 // ListBatches pages the actor's batches, newest first.
 func (s *Store) ListBatches(ctx context.Context, p store.ListParams) ([]intent.Batch, error) {
-	q := `SELECT ` + batchColumns + ` FROM batches WHERE actor = ?`
-	args := []any{p.Actor}
-	if p.After != "" {
-		q += ` AND id < ?`
-		args = append(args, p.After)
-	}
-	q += ` ORDER BY id DESC LIMIT ?`
-	args = append(args, p.Limit)
-	rows, err := s.read.QueryContext(ctx, q, args...)
+	out, err := pageNewestFirst(ctx, s.read, `SELECT `+batchColumns+` FROM batches`, p, scanBatch)
 	if err != nil {
 		return nil, fmt.Errorf("list batches: %w", err)
 	}
-	defer rows.Close()
-	var out []intent.Batch
-	for rows.Next() {
-		b, err := scanBatch(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list batches: %w", err)
-		}
-		out = append(out, b)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 const taskColumns = `id, batch_id, collection, frame, generator, candidate, state, attempts, asset_id, error, updated_at`

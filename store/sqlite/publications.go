@@ -115,14 +115,20 @@ const publicationColumns = `id, actor, request_id, batch_id, channel, item_count
 
 // GetPublication reads one of the actor's publications.
 func (s *Store) GetPublication(ctx context.Context, actor, id string) (intent.Publication, error) {
+	p, err := scanPublication(s.read.QueryRowContext(ctx, `SELECT `+publicationColumns+` FROM publications WHERE id = ? AND actor = ?`, id, actor))
+	if err != nil {
+		return intent.Publication{}, interpret(err)
+	}
+	return p, nil
+}
+
+func scanPublication(r scanner) (intent.Publication, error) {
 	var p intent.Publication
 	var started bool
 	var created, updated int64
-	err := s.read.QueryRowContext(ctx, `SELECT `+publicationColumns+` FROM publications WHERE id = ? AND actor = ?`, id, actor).
-		Scan(&p.ID, &p.Actor, &p.RequestID, &p.BatchID, &p.Channel, &p.ItemCount,
-			&p.Counts.Queued, &p.Counts.Running, &p.Counts.Succeeded, &p.Counts.Failed, &started, &created, &updated)
-	if err != nil {
-		return intent.Publication{}, interpret(err)
+	if err := r.Scan(&p.ID, &p.Actor, &p.RequestID, &p.BatchID, &p.Channel, &p.ItemCount,
+		&p.Counts.Queued, &p.Counts.Running, &p.Counts.Succeeded, &p.Counts.Failed, &started, &created, &updated); err != nil {
+		return intent.Publication{}, err
 	}
 	p.State = p.Counts.State(started)
 	p.CreatedAt, p.UpdatedAt = fromMS(created), fromMS(updated)
