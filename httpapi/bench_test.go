@@ -113,7 +113,7 @@ func benchCreate(b *testing.B, h *harness, id string) intent.Batch {
 // and the floor: the two token look-ups the two requests make, and one
 // engine Hold of the same key with a no-op fn.
 func BenchmarkLockAcquireRelease(b *testing.B) {
-	h, svc, eng := newLockHarnessParts(b, lockservice.Config{})
+	h, svc, eng := newLockHarnessParts(b, lockservice.Config{}, httpapi.Limits{})
 	ctx := context.Background()
 	lock := eng.Lock(lockservice.Scope("alice", "bench"))
 	noop := func(context.Context, *locks.Lease) error { return nil }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"studio/httpapi"
+	"studio/lockservice"
 )
 
 // TestV1AuthenticatesFirst: every /v1 request is authenticated before its
@@ -228,6 +229,17 @@ func TestBodyDeadline(t *testing.T) {
 	// A body that arrives in time is served as before.
 	if w := h.post("alice", genBody("req-1", 1, 1)); w.Code != http.StatusCreated {
 		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	// The lock routes read their bodies under the same deadline.
+	lh, _, _ := newLockHarnessParts(t, lockservice.Config{}, httpapi.Limits{BodyTimeout: 200 * time.Millisecond})
+	lsrv := httptest.NewServer(lh.h)
+	t.Cleanup(lsrv.Close)
+	for _, op := range []string{"acquire", "renew", "release"} {
+		raw := "POST /v1/locks/" + op + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + lh.tokens["alice"] +
+			"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"key\":"
+		if resp, closed := rawExchange(t, lsrv, raw, 20*time.Second); resp.StatusCode != http.StatusRequestTimeout || !closed {
+			t.Errorf("POST /v1/locks/%s: %d (closed %v), want 408 and the connection closed", op, resp.StatusCode, closed)
+		}
 	}
 }
 

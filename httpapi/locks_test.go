@@ -59,12 +59,13 @@ func newLockHarness(t *testing.T) *harness {
 // (its engine is set here).
 func newLockHarnessConfig(t testing.TB, cfg lockservice.Config) *harness {
 	t.Helper()
-	h, _, _ := newLockHarnessParts(t, cfg)
+	h, _, _ := newLockHarnessParts(t, cfg, httpapi.Limits{})
 	return h
 }
 
-// newLockHarnessParts also returns the lock service and its engine.
-func newLockHarnessParts(t testing.TB, cfg lockservice.Config) (*harness, *lockservice.Service, *locks.Engine) {
+// newLockHarnessParts also returns the lock service and its engine; the
+// server has limits.
+func newLockHarnessParts(t testing.TB, cfg lockservice.Config, limits httpapi.Limits) (*harness, *lockservice.Service, *locks.Engine) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "studio.db")})
@@ -86,6 +87,7 @@ func newLockHarnessParts(t testing.TB, cfg lockservice.Config) (*harness, *locks
 		Store:       st,
 		Locks:       svc,
 		Logger:      slog.New(slog.NewJSONHandler(h.logs, nil)),
+		Limits:      limits,
 	})
 	if err != nil {
 		t.Fatal(err)
