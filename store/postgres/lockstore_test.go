@@ -69,3 +69,44 @@ func TestLockStoreOnStudioSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMigratesAfterLockPackage: a schema whose lock tables pglock made
+// first (before studio ever opened it) migrates, and a key's fences still
+// grow past what was handed out before.
+func TestMigratesAfterLockPackage(t *testing.T) {
+	t.Parallel()
+	url, schema := pgtest.Schema(t)
+	ctx := t.Context()
+	ls, err := pglock.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, err := ls.Acquire(ctx, "k", "owner-1", time.Minute)
+	if err != nil || first < 1 {
+		t.Fatalf("acquire before studio: %d, %v", first, err)
+	}
+	ls.Close()
+	db := openLockDB(t, pgtest.URL(t), schema)
+	ls2, err := pglock.New(ctx, db.Pool())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ls2.Close() })
+	e := locks.New(ls2)
+	t.Cleanup(func() { e.Close() })
+	info, err := e.Inspect(ctx, "k")
+	if err != nil || len(info.Holders) != 1 || info.Holders[0].Fence != first {
+		t.Fatalf("the lock taken before studio: %+v, %v", info, err)
+	}
+	if ok, err := ls2.Release(ctx, "k", "owner-1"); !ok || err != nil {
+		t.Fatalf("release the lock taken before studio: %v, %v", ok, err)
+	}
+	if err := e.Hold(ctx, "k", func(_ context.Context, l *locks.Lease) error {
+		if l.Fence() <= first {
+			t.Errorf("fence %d after %d", l.Fence(), first)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

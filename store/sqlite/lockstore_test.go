@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"studio/locks"
 	"studio/locks/sqlitelock"
@@ -46,6 +47,50 @@ func TestLockStoreOnStudioDatabase(t *testing.T) {
 		})
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMigratesAfterLockPackage: a database whose lock tables sqlitelock
+// made first (before studio ever opened it) migrates, and a key's fences
+// still grow past what was handed out before.
+func TestMigratesAfterLockPackage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "studio.db")
+	ctx := t.Context()
+	ls, err := sqlitelock.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, err := ls.Acquire(ctx, "k", "owner-1", time.Minute)
+	if err != nil || first < 1 {
+		t.Fatalf("acquire before studio: %d, %v", first, err)
+	}
+	ls.Close()
+	s, err := Open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatalf("studio migrates after sqlitelock: %v", err)
+	}
+	defer s.Close()
+	ls2, err := sqlitelock.New(ctx, s.DB())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls2.Close()
+	e := locks.New(ls2)
+	defer e.Close()
+	info, err := e.Inspect(ctx, "k")
+	if err != nil || len(info.Holders) != 1 || info.Holders[0].Fence != first {
+		t.Fatalf("the lock taken before studio: %+v, %v", info, err)
+	}
+	if ok, err := ls2.Release(ctx, "k", "owner-1"); !ok || err != nil {
+		t.Fatalf("release the lock taken before studio: %v, %v", ok, err)
+	}
+	if err := e.Hold(ctx, "k", func(_ context.Context, l *locks.Lease) error {
+		if l.Fence() <= first {
+			t.Errorf("fence %d after %d", l.Fence(), first)
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
