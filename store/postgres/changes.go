@@ -35,36 +35,56 @@ func (s *Store) BatchChanges(ctx context.Context, p store.ChangesParams) (store.
 	if out.Batch, err = getBatch(ctx, tx, p.Actor, p.BatchID); err != nil {
 		return store.Changes{}, err
 	}
-	if p.Since >= 0 {
-		if p.Until > p.Since && p.Until < out.Position {
-			out.Position = p.Until
+	if p.Since < 0 {
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE batch_id = $1 AND changed_xid >= $2::bigint::text::xid8)`,
+			p.BatchID, horizon).Scan(&out.Pending); err != nil {
+			return store.Changes{}, fmt.Errorf("batch changes: %w", err)
 		}
-		// Position 0 stamps a task never changed: never a change.
-		rows, err := tx.Query(ctx, `SELECT `+taskColumns+` FROM tasks
-			WHERE batch_id = $1 AND changed_xid >= $2::bigint::text::xid8 AND changed_xid < $3::bigint::text::xid8
-			ORDER BY id`, p.BatchID, max(p.Since, 1), out.Position)
+		return out, nil
+	}
+	if p.Until > p.Since && p.Until < out.Position {
+		out.Position = p.Until
+	}
+	// One pass over the batch's tasks changed at or after Since (or the
+	// horizon, if lower: a cursor from elsewhere): those in [Since,
+	// Position) are the changes, those at or after the horizon make the
+	// read pending. Position 0 stamps a task never changed: never a
+	// change.
+	from := max(p.Since, 1)
+	rows, err := tx.Query(ctx, `SELECT `+taskColumns+`, changed_xid::text::bigint FROM tasks
+		WHERE batch_id = $1 AND changed_xid >= $2::bigint::text::xid8
+		ORDER BY id`, p.BatchID, min(from, horizon))
+	if err != nil {
+		return store.Changes{}, fmt.Errorf("batch changes: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var x int64
+		t, err := scanTask(withColumn{rows, &x})
 		if err != nil {
 			return store.Changes{}, fmt.Errorf("batch changes: %w", err)
 		}
-		for rows.Next() {
-			t, err := scanTask(rows)
-			if err != nil {
-				rows.Close()
-				return store.Changes{}, fmt.Errorf("batch changes: %w", err)
-			}
+		if x >= from && x < out.Position {
 			out.Tasks = append(out.Tasks, t)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return store.Changes{}, fmt.Errorf("batch changes: %w", err)
+		if x >= horizon {
+			out.Pending = true
 		}
 	}
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE batch_id = $1 AND changed_xid >= $2::bigint::text::xid8)`,
-		p.BatchID, horizon).Scan(&out.Pending); err != nil {
+	if err := rows.Err(); err != nil {
 		return store.Changes{}, fmt.Errorf("batch changes: %w", err)
 	}
 	return out, nil
 }
+
+// withColumn scans a row with one column more than its scanner asks for,
+// the last, into extra.
+type withColumn struct {
+	pgx.Rows
+	extra any
+}
+
+func (w withColumn) Scan(dest ...any) error { return w.Rows.Scan(append(dest, w.extra)...) }
 
 // ListPublications pages the actor's publications, newest first.
 func (s *Store) ListPublications(ctx context.Context, p store.ListParams) ([]intent.Publication, error) {
