@@ -19,11 +19,25 @@ func (s *Store) LookupIntent(ctx context.Context, actor, requestID string) (inte
 	if b, ok := s.bindings.get(actor, requestID); ok {
 		return b, nil
 	}
-	b, err := lookupIntent(ctx, s.reads.lookupIntent, actor, requestID)
+	b, err := lookupIntent(pointRead(ctx), s.reads.lookupIntent, actor, requestID)
 	if err == nil {
 		s.bindings.add(b)
 	}
 	return b, err
+}
+
+// pointRead is the context of a read of one row by its key on the read
+// pool: ctx without its cancellation. Such a read takes microseconds and
+// does not wait for writers (a WAL reader's only wait, on a recovery of
+// the WAL index, is bounded by busy_timeout), while a
+// cancellable context costs it two goroutines, one of database/sql's
+// and one of the driver's, each watching the context for the read's
+// length; the request path makes three such reads. ctx's values stay.
+func pointRead(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }
 
 type queryer interface {
@@ -151,7 +165,7 @@ func scanBatch(r scanner) (intent.Batch, error) {
 
 // GetBatch reads one of the actor's batches.
 func (s *Store) GetBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
-	b, err := scanBatch(s.reads.getBatch.QueryRowContext(ctx, id, actor))
+	b, err := scanBatch(s.reads.getBatch.QueryRowContext(pointRead(ctx), id, actor))
 	if err != nil {
 		return intent.Batch{}, interpret(err)
 	}
@@ -317,7 +331,7 @@ func (s *Store) ActorForToken(ctx context.Context, tokenHash string) (string, er
 		return actor, nil
 	}
 	var actor string
-	if err := s.reads.actorForToken.QueryRowContext(ctx, tokenHash).Scan(&actor); err != nil {
+	if err := s.reads.actorForToken.QueryRowContext(pointRead(ctx), tokenHash).Scan(&actor); err != nil {
 		return "", interpret(err)
 	}
 	s.tokens.add(tokenHash, actor)
