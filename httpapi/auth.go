@@ -89,6 +89,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.Error(w, r, intent.Errorf(intent.EUnauthorized, "The bearer token is not valid."))
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(withActor(r.Context(), actor)))
+		if ctx := withActor(r.Context(), actor); ctx != r.Context() {
+			r = r.WithContext(ctx)
+		}
+		next.ServeHTTP(w, r)
 	})
 }

@@ -25,7 +25,7 @@ import (
 type watchedBody struct {
 	io.ReadCloser
 	done    atomic.Bool
-	onDone  func()
+	clear   *http.ResponseController // nil: no read deadline to clear
 	timeout time.Duration
 }
 
@@ -33,8 +33,8 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	switch {
 	case err == io.EOF:
-		if b.done.CompareAndSwap(false, true) && b.onDone != nil {
-			b.onDone()
+		if b.done.CompareAndSwap(false, true) && b.clear != nil {
+			_ = b.clear.SetReadDeadline(time.Time{})
 		}
 	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
 		err = intent.Errorf(intent.ETimeout, "The body did not arrive within %v.", b.timeout)
@@ -50,11 +50,12 @@ func hasBody(r *http.Request) bool {
 	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
 }
 
-// guardBody bounds the time to read r's body (when it has one) and returns
-// the request with its body watched, or r unchanged.
-func (s *Server) guardBody(w http.ResponseWriter, r *http.Request, start time.Time) (*http.Request, *watchedBody) {
+// guardBody bounds the time to read r's body (when it has one) and
+// watches it: r is the middleware's own copy of the request, whose Body
+// it replaces. It returns the watched body, or nil.
+func (s *Server) guardBody(w http.ResponseWriter, r *http.Request, start time.Time) *watchedBody {
 	if !hasBody(r) {
-		return r, nil
+		return nil
 	}
 	b := &watchedBody{ReadCloser: r.Body, timeout: s.limits.BodyTimeout}
 	if s.limits.BodyTimeout > 0 {
@@ -62,12 +63,11 @@ func (s *Server) guardBody(w http.ResponseWriter, r *http.Request, start time.Ti
 		// Not every ResponseWriter has deadlines (a test recorder has
 		// none); without one there is nothing to bound.
 		if rc.SetReadDeadline(start.Add(s.limits.BodyTimeout)) == nil {
-			b.onDone = func() { _ = rc.SetReadDeadline(time.Time{}) }
+			b.clear = rc
 		}
 	}
-	r2 := *r
-	r2.Body = b
-	return &r2, b
+	r.Body = b
+	return b
 }
 
 // headAsGet routes HEAD as GET (no route registers HEAD): RFC 9110 §9.3.2

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -59,20 +60,21 @@ const invalidBodyMessage = "The request body is invalid."
 // the keys: in each object its unknown members first (by name), then its
 // fields in the order of the contract, array elements by index.
 func DecodeGeneration(body []byte) (requestID string, requestIDSet bool, in GenerationInput, err error) {
-	var c checker
+	c := getChecker()
+	defer c.release(len(body))
 	m, err := c.body(body, "request_id", "prompt", "sets", "providers", "candidates", "subjects", "seed", "params")
 	if err != nil {
 		return "", false, GenerationInput{}, err
 	}
 
-	requestID, requestIDSet = c.requestID(m["request_id"])
+	requestID, requestIDSet = c.requestID(m.get("request_id"))
 
-	if s, ok := c.requiredString("prompt", m["prompt"]); ok {
+	if s, ok := c.requiredString("prompt", m.get("prompt")); ok {
 		c.length("prompt", s, 1, MaxPromptLen)
 		in.Prompt = s
 	}
 
-	if items, ok := c.array("sets", m["sets"], true); ok {
+	if items, ok := c.array("sets", m.get("sets"), true); ok {
 		c.count("sets", len(items), 1, MaxSets, "sets")
 		in.Sets = make([]FrameSet, len(items))
 		for i, item := range items {
@@ -81,28 +83,28 @@ func DecodeGeneration(body []byte) (requestID string, requestIDSet bool, in Gene
 	}
 
 	in.Providers = []string{"auto"}
-	if items, ok := c.array("providers", m["providers"], false); ok {
+	if items, ok := c.array("providers", m.get("providers"), false); ok {
 		c.count("providers", len(items), 1, MaxProviders, "providers")
 		in.Providers = c.distinctStrings("providers", items, 1, 0)
 	}
 
 	in.Candidates = 1
-	if n, ok := c.integer("candidates", m["candidates"], MinCandidates, MaxCandidates); ok {
+	if n, ok := c.integer("candidates", m.get("candidates"), MinCandidates, MaxCandidates); ok {
 		in.Candidates = int(n)
 	}
 
 	in.Subjects = []string{}
-	if items, ok := c.array("subjects", m["subjects"], false); ok {
+	if items, ok := c.array("subjects", m.get("subjects"), false); ok {
 		c.count("subjects", len(items), 0, MaxSubjects, "subjects")
 		in.Subjects = c.distinctStrings("subjects", items, 1, 0)
 	}
 
-	if n, ok := c.integer("seed", m["seed"], 0, MaxSeed); ok {
+	if n, ok := c.integer("seed", m.get("seed"), 0, MaxSeed); ok {
 		in.Seed = &n
 	}
 
 	in.Params = jsontext.Value("{}")
-	if p, ok := c.params("params", m["params"]); ok {
+	if p, ok := c.params("params", m.get("params")); ok {
 		in.Params = p
 	}
 
@@ -118,19 +120,20 @@ func DecodeGeneration(body []byte) (requestID string, requestIDSet bool, in Gene
 // "webhook". UUIDs must be in their 36-character hyphenated form and come
 // back in lowercase. Strictness, null and errors are as in DecodeGeneration.
 func DecodePublication(body []byte) (requestID string, requestIDSet bool, in PublicationInput, err error) {
-	var c checker
+	c := getChecker()
+	defer c.release(len(body))
 	m, err := c.body(body, "request_id", "batch_id", "asset_ids", "channel")
 	if err != nil {
 		return "", false, PublicationInput{}, err
 	}
 
-	requestID, requestIDSet = c.requestID(m["request_id"])
+	requestID, requestIDSet = c.requestID(m.get("request_id"))
 
-	if s, ok := c.requiredString("batch_id", m["batch_id"]); ok {
+	if s, ok := c.requiredString("batch_id", m.get("batch_id")); ok {
 		in.BatchID = c.uuid("batch_id", s)
 	}
 
-	if items, ok := c.array("asset_ids", m["asset_ids"], true); ok {
+	if items, ok := c.array("asset_ids", m.get("asset_ids"), true); ok {
 		c.count("asset_ids", len(items), 1, MaxPublicationAssets, "ids")
 		in.AssetIDs = make([]string, len(items))
 		isString := make([]bool, len(items))
@@ -146,7 +149,7 @@ func DecodePublication(body []byte) (requestID string, requestIDSet bool, in Pub
 	}
 
 	in.Channel = ChannelGallery
-	if s, ok := c.optionalString("channel", m["channel"]); ok {
+	if s, ok := c.optionalString("channel", m.get("channel")); ok {
 		if s != ChannelGallery && s != ChannelWebhook {
 			c.add("channel", `must be "gallery" or "webhook"`)
 		}
@@ -166,6 +169,47 @@ type checker struct {
 	// rd and dec split objects and arrays; reused for every one.
 	rd  bytes.Reader
 	dec jsontext.Decoder
+}
+
+// checkers keeps checkers for reuse: a checker's decoder and its buffer
+// are most of what decoding a small body allocates.
+var checkers = sync.Pool{New: func() any { return new(checker) }}
+
+// maxPooledBody is the largest body whose checker goes back to the pool
+// (its decoder's buffer grew to the body's size).
+const maxPooledBody = 64 << 10
+
+func getChecker() *checker { return checkers.Get().(*checker) }
+
+// release returns c to the pool, holding nothing of the body it read:
+// its field errors went out with the error that carries them.
+func (c *checker) release(bodyLen int) {
+	c.list, c.dropped = nil, 0
+	c.rd.Reset(nil)
+	c.dec.Reset(&c.rd)
+	if bodyLen <= maxPooledBody {
+		checkers.Put(c)
+	}
+}
+
+// members are the known members of an object, by the position of their
+// name in the names asked for; a missing member is nil.
+type members struct {
+	names []string
+	vals  [maxMembers]jsontext.Value
+}
+
+// maxMembers bounds the names an object is read with.
+const maxMembers = 8
+
+// get returns the member name (one of the names the object was read with).
+func (m *members) get(name string) jsontext.Value {
+	for i, n := range m.names {
+		if n == name {
+			return m.vals[i]
+		}
+	}
+	return nil
 }
 
 // revisit are the decoder options for a part of a body already read whole
@@ -209,20 +253,20 @@ func index(path string, i int) string {
 // body parses body as exactly one JSON object, with the strict defaults of
 // jsontext (valid UTF-8, no duplicate names), and returns its known members
 // by name, having reported the unknown ones.
-func (c *checker) body(body []byte, names ...string) (map[string]jsontext.Value, error) {
+func (c *checker) body(body []byte, names ...string) (members, error) {
 	c.rd.Reset(body)
 	c.dec.Reset(&c.rd)
 	v, err := c.dec.ReadValue()
 	if err != nil {
-		return nil, syntaxError(err)
+		return members{}, syntaxError(err)
 	}
 	end := int(c.dec.InputOffset())
 	v = body[end-len(v) : end] // the caller's bytes: the next read reuses the decoder's
 	if rest := bytes.TrimLeft(body[end:], " \t\r\n"); len(rest) > 0 {
-		return nil, Errorf(EInvalid, "The request body is not valid JSON: there is data after the JSON object (at byte %d).", len(body)-len(rest))
+		return members{}, Errorf(EInvalid, "The request body is not valid JSON: there is data after the JSON object (at byte %d).", len(body)-len(rest))
 	}
 	if v.Kind() != '{' {
-		return nil, Errorf(EInvalid, "The request body must be a JSON object, not %s.", kindName(v.Kind()))
+		return members{}, Errorf(EInvalid, "The request body must be a JSON object, not %s.", kindName(v.Kind()))
 	}
 	return c.object("", v, names), nil
 }
@@ -271,27 +315,26 @@ func pointerPath(p jsontext.Pointer) string {
 // object splits a valid JSON object, maps its members by name and reports
 // every member not in names as unknown, at once and sorted by name, so the
 // order of the errors never depends on the order of the keys.
-func (c *checker) object(path string, v jsontext.Value, names []string) map[string]jsontext.Value {
+func (c *checker) object(path string, v jsontext.Value, names []string) members {
 	c.rd.Reset(v)
 	c.dec.Reset(&c.rd, revisit...)
 	if _, err := c.dec.ReadToken(); err != nil {
 		panic("intent: split a valid object: " + err.Error())
 	}
-	m := make(map[string]jsontext.Value, len(names))
+	if len(names) > maxMembers {
+		panic("intent: an object read with more than maxMembers names")
+	}
+	m := members{names: names}
 	var unknown []string
 	for c.dec.PeekKind() != '}' {
-		tok, err := c.dec.ReadToken()
-		if err != nil {
-			panic("intent: split a valid object: " + err.Error())
-		}
-		name := tok.String() // before the next read voids tok
+		i, name := c.memberName(names)
 		val, err := c.dec.ReadValue()
 		if err != nil {
 			panic("intent: split a valid object: " + err.Error())
 		}
 		end := int(c.dec.InputOffset())
-		if slices.Contains(names, name) {
-			m[name] = v[end-len(val) : end]
+		if i >= 0 {
+			m.vals[i] = v[end-len(val) : end]
 		} else {
 			unknown = append(unknown, name)
 		}
@@ -310,6 +353,31 @@ func (c *checker) object(path string, v jsontext.Value, names []string) map[stri
 	return m
 }
 
+// memberName reads the next member name of a valid object: its index in
+// names, or -1 and the name. A known name without escapes is matched on
+// the raw bytes, with no string made of it.
+func (c *checker) memberName(names []string) (int, string) {
+	raw, err := c.dec.ReadValue() // a name reads as a string value
+	if err != nil {
+		panic("intent: split a valid object: " + err.Error())
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		inner := raw[1 : len(raw)-1]
+		for i, n := range names {
+			if string(inner) == n {
+				return i, ""
+			}
+		}
+		return -1, string(inner)
+	}
+	b, err := jsontext.AppendUnquote(nil, raw)
+	if err != nil {
+		panic("intent: split a valid object: " + err.Error())
+	}
+	name := string(b)
+	return slices.Index(names, name), name
+}
+
 // elements splits a valid JSON array into its elements.
 func (c *checker) elements(v jsontext.Value) []jsontext.Value {
 	c.rd.Reset(v)
@@ -317,7 +385,7 @@ func (c *checker) elements(v jsontext.Value) []jsontext.Value {
 	if _, err := c.dec.ReadToken(); err != nil {
 		panic("intent: split a valid array: " + err.Error())
 	}
-	elems := []jsontext.Value{}
+	elems := make([]jsontext.Value, 0, 8) // one allocation for the usual short array
 	for c.dec.PeekKind() != ']' {
 		val, err := c.dec.ReadValue()
 		if err != nil {
@@ -507,12 +575,12 @@ func (c *checker) frameSet(setsPath string, i int, v jsontext.Value) FrameSet {
 		return fs
 	}
 	m := c.object(path, v, []string{"collection", "frames"})
-	if s, ok := c.requiredString(join(path, "collection"), m["collection"]); ok {
+	if s, ok := c.requiredString(join(path, "collection"), m.get("collection")); ok {
 		c.length(join(path, "collection"), s, 1, MaxCollectionLen)
 		fs.Collection = s
 	}
 	framesPath := join(path, "frames")
-	if items, ok := c.array(framesPath, m["frames"], true); ok {
+	if items, ok := c.array(framesPath, m.get("frames"), true); ok {
 		c.count(framesPath, len(items), 1, MaxFrames, "frames")
 		fs.Frames = c.distinctStrings(framesPath, items, 1, MaxFrameLen)
 	}
