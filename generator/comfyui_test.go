@@ -262,11 +262,15 @@ func TestComfyUIErrors(t *testing.T) {
 		f := providertest.NewComfyUI()
 		defer f.Server.Close()
 		f.Hold()
-		g, _ := newTestComfy(t, f, func(s *Spec) { s.Timeout = Duration(80 * time.Millisecond) })
-		ref, err := g.Submit(context.Background(), baseJob())
+		// Submitted with the default timeout (a loaded machine may take
+		// longer than the short one to answer a request), then waited
+		// for by a generator on the same server with a short one.
+		sub, _ := newTestComfy(t, f)
+		ref, err := sub.Submit(context.Background(), baseJob())
 		if err != nil {
 			t.Fatal(err)
 		}
+		g, _ := newTestComfy(t, f, func(s *Spec) { s.Timeout = Duration(80 * time.Millisecond) })
 		err = g.Wait(context.Background(), ref)
 		if IsPermanent(err) || ErrorClass(err) != ClassTimeout {
 			t.Fatalf("held prompt: %v", err)
