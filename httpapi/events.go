@@ -25,12 +25,18 @@ type Events struct {
 	// Heartbeat is how long a stream may stay silent before it sends a
 	// comment line to keep proxies from closing it; 15s by default.
 	Heartbeat time.Duration
+	// Gap is the least time between two reads of a stream woken by
+	// changes made in this process (which wake it at once, without
+	// waiting for the poll): a batch whose tasks change many times a
+	// second is read at most once per Gap. 50ms by default.
+	Gap time.Duration
 }
 
 // Default event timings.
 const (
 	DefaultEventPoll      = 250 * time.Millisecond
 	DefaultEventHeartbeat = 15 * time.Second
+	DefaultEventGap       = 50 * time.Millisecond
 )
 
 // eventCursor is where a stream stands, and what its event ids encode:
@@ -98,6 +104,12 @@ func (s *Server) batchEvents(w http.ResponseWriter, r *http.Request) {
 	if resumed {
 		since = cur.pos
 	}
+	// changed closes when this process changes one of the batch's tasks;
+	// it is taken before each read, so a change during the read wakes the
+	// next one. After a read woken so, the stream waits out the gap
+	// (gapOver) before it listens again.
+	changed, release := s.store.WatchBatch(batchID)
+	defer func() { release() }()
 	first, err := s.readChanges(r.Context(), actor, batchID, cur, since)
 	if err != nil {
 		s.Error(w, r, notFoundAs(err, "batch"))
@@ -125,6 +137,7 @@ func (s *Server) batchEvents(w http.ResponseWriter, r *http.Request) {
 	defer poll.Stop()
 	heartbeat := time.NewTimer(s.events.Heartbeat)
 	defer heartbeat.Stop()
+	var gapOver <-chan time.Time
 	for {
 		if rd != nil {
 			st.wrote = false
@@ -138,6 +151,11 @@ func (s *Server) batchEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			rd = nil
 		}
+		wake := changed
+		if gapOver != nil {
+			wake = nil
+		}
+		read := false
 		select {
 		case <-r.Context().Done():
 			return
@@ -148,7 +166,17 @@ func (s *Server) batchEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			heartbeat.Reset(s.events.Heartbeat)
+		case <-gapOver:
+			gapOver = nil
+		case <-wake:
+			read = true
+			gapOver = time.After(s.events.Gap)
 		case <-poll.C:
+			read = true
+		}
+		if read {
+			release()
+			changed, release = s.store.WatchBatch(batchID)
 			next, err := s.readChanges(r.Context(), actor, batchID, cur, cur.pos)
 			if err != nil {
 				if r.Context().Err() == nil {

@@ -375,3 +375,52 @@ func TestEndStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchEventsWakeInProcess: with a poll of an hour, changes made
+// through the server's own store (as an embedded worker makes them) still
+// reach the stream: the store wakes it. Without the wake-up the stream
+// would wait for the poll, and the body's closing after 20s fails the
+// test.
+func TestBatchEventsWakeInProcess(t *testing.T) {
+	h := newHarness(t, options{events: httpapi.Events{Poll: time.Hour, Heartbeat: time.Hour}})
+	srv := httptest.NewServer(h.h)
+	t.Cleanup(srv.Close)
+	t.Cleanup(h.server.EndStreams)
+	b := h.create("alice", "wake-1", 2, 1)
+	st := openEvents(t, srv, h.tokens["alice"], b.ID, "")
+	stop := time.AfterFunc(20*time.Second, func() { st.resp.Body.Close() })
+	defer stop.Stop()
+	st.must("batch")
+
+	cs := claimAll(t, h.store, 2)
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		tk := eventData[intent.Task](t, st.must("task"))
+		if tk.State != intent.StateRunning {
+			t.Fatalf("task event after the claim: %+v", tk)
+		}
+		seen[tk.ID] = true
+	}
+	if bb := eventData[intent.Batch](t, st.must("batch")); bb.Counts.Running != 2 {
+		t.Fatalf("batch after the claim: %+v", bb.Counts)
+	}
+	for i, c := range cs {
+		if _, err := h.store.CompleteTasks(context.Background(), []store.Completion{{Lease: c.Lease,
+			Asset: intent.Asset{ID: fmt.Sprintf("0192aaaa-0000-7000-8000-00000000000%d", i+1), SHA256: strings.Repeat(fmt.Sprint(i+1), 64),
+				ContentType: "image/png", Size: 1, Width: 1, Height: 1}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		ev, err := st.next()
+		if err != nil {
+			t.Fatalf("before done: %v", err)
+		}
+		if ev.name == "done" {
+			if bb := eventData[intent.Batch](t, ev); bb.Counts.Succeeded != 2 || bb.State != intent.StateSucceeded {
+				t.Fatalf("done %+v", bb)
+			}
+			return
+		}
+	}
+}

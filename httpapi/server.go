@@ -37,6 +37,7 @@ type Store interface {
 	// publications list.
 	BatchChanges(ctx context.Context, p store.ChangesParams) (store.Changes, error)
 	ListPublications(ctx context.Context, p store.ListParams) ([]intent.Publication, error)
+	WatchBatch(batchID string) (<-chan struct{}, func())
 }
 
 var _ Store = store.Store(nil)
@@ -185,6 +186,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Events.Poll <= 0 {
 		cfg.Events.Poll = DefaultEventPoll
+	}
+	if cfg.Events.Gap <= 0 {
+		cfg.Events.Gap = DefaultEventGap
 	}
 	if cfg.Events.Heartbeat <= 0 {
 		cfg.Events.Heartbeat = DefaultEventHeartbeat

@@ -297,6 +297,7 @@ func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch
 		}
 		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
 	}
+	s.changes.Notify(id)
 	return out, nil
 }
 

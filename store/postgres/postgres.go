@@ -29,6 +29,7 @@ import (
 
 	"studio/intent"
 	"studio/migrations"
+	"studio/store"
 )
 
 // Config opens a store.
@@ -55,6 +56,14 @@ type Store struct {
 	create bool   // Config.Schema named it: create it if missing
 	// applied names the migrations Open applied.
 	applied []string
+	// changes wakes this process's readers of batch changes (WatchBatch).
+	changes store.ChangeSignal
+}
+
+// WatchBatch returns a channel closed when a task of the batch changes
+// through this store, and its release (store.ChangeSignal).
+func (s *Store) WatchBatch(batchID string) (<-chan struct{}, func()) {
+	return s.changes.Wait(batchID)
 }
 
 // Open connects, creates the schema when Config.Schema asks for one, and

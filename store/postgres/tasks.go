@@ -148,6 +148,7 @@ func applyBatchDeltas(ctx context.Context, tx pgx.Tx, wall time.Time, d store.Co
 // taskTx is one write transaction of the task methods: the wall clock for
 // updated_at, and the counts that move.
 type taskTx struct {
+	s      *Store
 	tx     pgx.Tx
 	wall   time.Time         // s.now()
 	deltas store.CountDeltas // batches' counts
@@ -159,7 +160,7 @@ func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &taskTx{tx: tx, wall: stamp(s.now()), deltas: store.CountDeltas{}, pubs: store.CountDeltas{}}, nil
+	return &taskTx{s: s, tx: tx, wall: stamp(s.now()), deltas: store.CountDeltas{}, pubs: store.CountDeltas{}}, nil
 }
 
 // dbNow reads the database's clock, for methods that need one "now" for
@@ -179,7 +180,12 @@ func (t *taskTx) commit(ctx context.Context) error {
 	if err := applyPublicationDeltas(ctx, t.tx, t.wall, t.pubs); err != nil {
 		return err
 	}
-	return t.tx.Commit(ctx)
+	if err := t.tx.Commit(ctx); err != nil {
+		return err
+	}
+	// Every task whose state moved moved its batch's counts.
+	t.s.changes.Notify(t.deltas.IDs()...)
+	return nil
 }
 
 // rollback ends the transaction if commit did not; its error is of no use

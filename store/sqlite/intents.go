@@ -292,7 +292,11 @@ func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch
 	if err != nil {
 		return intent.Batch{}, err
 	}
-	return b, tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
+	}
+	s.changes.Notify(id)
+	return b, nil
 }
 
 // GetAsset reads one of the actor's assets.

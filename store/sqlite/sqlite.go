@@ -27,6 +27,7 @@ import (
 
 	"studio/intent"
 	"studio/migrations"
+	"studio/store"
 )
 
 // Synchronous modes for Config.Synchronous.
@@ -71,6 +72,8 @@ type Store struct {
 	// request id's binding, a token's actor (commit.go).
 	bindings bindingCache
 	tokens   tokenCache
+	// changes wakes this process's readers of batch changes (WatchBatch).
+	changes store.ChangeSignal
 }
 
 // Open opens (creating if needed) the database at cfg.Path and applies every
@@ -154,6 +157,12 @@ func (s *Store) Close() error {
 	}
 	errs = append(errs, s.write.Close())
 	return errors.Join(errs...)
+}
+
+// WatchBatch returns a channel closed when a task of the batch changes
+// through this store, and its release (store.ChangeSignal).
+func (s *Store) WatchBatch(batchID string) (<-chan struct{}, func()) {
+	return s.changes.Wait(batchID)
 }
 
 // DB returns the write pool (one connection, IMMEDIATE transactions) for

@@ -188,7 +188,12 @@ func (t *taskTx) commit(ctx context.Context) error {
 	if err := applyBatchDeltas(ctx, t, t.deltas); err != nil {
 		return err
 	}
-	return t.tx.Commit()
+	if err := t.tx.Commit(); err != nil {
+		return err
+	}
+	// Every task whose state moved moved its batch's counts.
+	t.s.changes.Notify(t.deltas.IDs()...)
+	return nil
 }
 
 func (t *taskTx) rollback() { t.tx.Rollback() }

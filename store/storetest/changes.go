@@ -388,3 +388,52 @@ func testChangesEveryPath(t *testing.T, h Harness) {
 	}
 	expect("failure of a canceled batch", cs[6].TaskID)
 }
+
+// testWatchBatch: a watcher of a batch is woken by a claim, a failure and
+// a cancel of its tasks through the same store value, and not by changes
+// to another batch.
+func testWatchBatch(t *testing.T, h Harness) {
+	s := h.New(t)
+	a, b := Intent(t, "alice", "req-a", "fp", 2), Intent(t, "alice", "req-b", "fp", 2)
+	mustCreate(t, s, a)
+	woken := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	// The claim takes a's tasks (created first, fair share or not, b does
+	// not exist yet).
+	wa, ra := s.WatchBatch(a.Batch.ID)
+	defer ra()
+	wb, rb := s.WatchBatch(b.Batch.ID)
+	defer rb()
+	cs := claim(t, s, "w1", 1, longTTL)
+	if len(cs) != 1 {
+		t.Fatalf("claimed %d, want 1", len(cs))
+	}
+	if !woken(wa) || woken(wb) {
+		t.Fatalf("after a claim of a's task: a woken %v, b woken %v", woken(wa), woken(wb))
+	}
+	wa2, ra2 := s.WatchBatch(a.Batch.ID)
+	defer ra2()
+	if woken(wa2) {
+		t.Fatal("a new watch is woken before any change")
+	}
+	if _, err := s.FailTask(ctx(t), store.Failure{Lease: cs[0].Lease, Error: "boom"}); err != nil {
+		t.Fatal(err)
+	}
+	if !woken(wa2) {
+		t.Fatal("a failure did not wake the watcher")
+	}
+	wa3, ra3 := s.WatchBatch(a.Batch.ID)
+	defer ra3()
+	if _, err := s.CancelBatch(ctx(t), "alice", a.Batch.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !woken(wa3) || woken(wb) {
+		t.Fatalf("after a cancel of a: a woken %v, b woken %v", woken(wa3), woken(wb))
+	}
+}

@@ -75,6 +75,7 @@ func Run(t *testing.T, h Harness) {
 		{"BatchChanges", testBatchChanges},
 		{"BatchChangesUnderChurn", testChangesUnderChurn},
 		{"BatchChangesEveryPath", testChangesEveryPath},
+		{"WatchBatch", testWatchBatch},
 		{"ListPublications", testListPublications},
 	}
 	for _, tc := range tests {
