@@ -40,8 +40,7 @@ var errReleased = errors.New("locks: lease released")
 type Engine struct {
 	store    Store
 	defaults settings
-	prefix   [32]byte      // 128 random bits in hex: every owner starts with them
-	owners   atomic.Uint64 // the counter after the prefix
+	prefix   [32]byte // 128 random bits in hex: every owner starts with them
 
 	// calls ends CloseGrace after Close begins: store calls that give keys
 	// back carry it (see storeCtx).
@@ -56,6 +55,9 @@ type Engine struct {
 	grace       *time.Timer // cancels calls, once Close has waited CloseGrace
 	holds       sync.WaitGroup
 	unsubscribe func() // from a Notifier store
+
+	owners     uint64 // the counter after the prefix
+	ownerBlock []byte // the unused rest of the block owners are cut from
 
 	renewals   renewHeap   // running leases by next renewal
 	renewTimer *time.Timer // fires at armedAt (zero: not armed)
@@ -252,23 +254,36 @@ func (e *Engine) hold(ctx context.Context, t target, key string, fn func(context
 	return true, e.run(l, fn, s)
 }
 
-// newLease makes the lease a hold will try to get: its fn context (which
+// newLease makes the lease a hold will try to get: its fn context, which
 // also carries the store calls that acquire it, so that Close cancels
-// them) and its first owner.
+// them. Its first owner comes in enter.
 func (e *Engine) newLease(ctx context.Context, t target, key string, ttl time.Duration) *Lease {
 	l := &Lease{key: key, t: t, ttl: ttl, idx: -1, e: e}
 	l.ctx, l.cancel = context.WithCancelCause(ctx)
-	base := ctx
-	if ctx.Done() != nil {
-		base = context.WithoutCancel(ctx)
-	}
-	l.calls = storeCtx{Context: base, stop: e.calls}
-	n := copy(l.ownerBuf[:], e.prefix[:])
-	b := strconv.AppendUint(l.ownerBuf[:n], e.owners.Add(1), 16)
-	// The bytes are never written again: ask draws a later owner into a
-	// string of its own.
-	l.owner = unsafe.String(&b[0], len(b))
+	l.calls.parent, l.calls.stop = ctx, e.calls
 	return l
+}
+
+// Owners are cut from blocks of ownerBlockSize bytes: one allocation every
+// few dozen holds, and a store entry that keeps an owner (an expired
+// lease nobody released) keeps that block reachable, not the lease.
+const (
+	ownerBlockSize = 4096
+	ownerMaxLen    = 32 + 16 // the prefix and a 64-bit counter in hex
+)
+
+// newOwnerLocked draws an owner no other acquisition uses: the engine's
+// random prefix and the next count, in hex. e.mu is held.
+func (e *Engine) newOwnerLocked() string {
+	if len(e.ownerBlock) < ownerMaxLen {
+		e.ownerBlock = make([]byte, ownerBlockSize)
+	}
+	e.owners++
+	b := append(e.ownerBlock[:0:ownerMaxLen], e.prefix[:]...)
+	b = strconv.AppendUint(b, e.owners, 16)
+	e.ownerBlock = e.ownerBlock[len(b):]
+	// The bytes are never written again: the block moved past them.
+	return unsafe.String(&b[0], len(b))
 }
 
 // enter counts a hold in and links its lease (so that Close cancels it),
@@ -283,6 +298,7 @@ func (e *Engine) enter(l *Lease) (*waiter, error) {
 		return nil, ErrClosed
 	}
 	e.holds.Add(1)
+	l.owner = e.newOwnerLocked()
 	l.next = e.active
 	if e.active != nil {
 		e.active.prev = l
@@ -490,13 +506,15 @@ func (e *Engine) leave(q *queue, w *waiter) {
 // whatever may have been taken (a release by an owner that holds nothing
 // changes nothing) and draws a new owner for any later ask.
 func (e *Engine) ask(l *Lease) (bool, error) {
-	sent := time.Now()
+	sent := now()
 	fence, ok, err := l.t.acquire(l.ctx, e.store, l.key, l.owner, l.ttl)
 	if err != nil {
 		rctx, cancel := context.WithTimeout(&l.calls, cleanupTimeout)
 		_, _ = l.t.release(rctx, e.store, l.key, l.owner)
 		cancel()
-		l.owner = string(strconv.AppendUint(append([]byte(nil), e.prefix[:]...), e.owners.Add(1), 16))
+		e.mu.Lock()
+		l.owner = e.newOwnerLocked()
+		e.mu.Unlock()
 		if l.ctx.Err() != nil {
 			return false, fmt.Errorf("locks: hold %q: %w", l.key, context.Cause(l.ctx))
 		}
@@ -600,15 +618,31 @@ func (e *Engine) run(l *Lease, fn func(context.Context, *Lease) error, s setting
 // storeCtx is the context of a store call that must outlive the hold's
 // own context but not the engine: the hold's values (its context without
 // cancel), done when the engine's calls end. It lives inside its Lease, so
-// passing it costs no allocation.
+// passing it costs no allocation; the values are detached from the hold's
+// context (context.WithoutCancel) only when a store asks for one.
 type storeCtx struct {
-	context.Context // values only
-	stop            context.Context
+	parent context.Context // the hold's: only its values are used
+	stop   context.Context
+	values atomic.Pointer[context.Context] // parent without cancel, once asked
 }
 
 func (c *storeCtx) Deadline() (time.Time, bool) { return c.stop.Deadline() }
 func (c *storeCtx) Done() <-chan struct{}       { return c.stop.Done() }
 func (c *storeCtx) Err() error                  { return c.stop.Err() }
+
+// Value answers the hold's values, never its cancellation.
+func (c *storeCtx) Value(key any) any {
+	if c.parent.Done() == nil {
+		return c.parent.Value(key) // never canceled: nothing to detach
+	}
+	v := c.values.Load()
+	if v == nil {
+		w := context.WithoutCancel(c.parent)
+		c.values.CompareAndSwap(nil, &w)
+		v = c.values.Load()
+	}
+	return (*v).Value(key)
+}
 
 // AfterFunc lets contexts derived from c follow it without a goroutine.
 func (c *storeCtx) AfterFunc(f func()) func() bool { return context.AfterFunc(c.stop, f) }

@@ -9,14 +9,13 @@ import (
 // Lease is a held key, given to fn for as long as fn runs. Its methods are
 // safe for concurrent use.
 type Lease struct {
-	key      string
-	owner    string // in ownerBuf, for the first ask
-	ownerBuf [48]byte
-	fence    int64
-	t        target
-	ttl      time.Duration
-	q        *queue  // the key's queue in the engine, from enter to release
-	e        *Engine // for Expires
+	key   string
+	owner string
+	fence int64
+	t     target
+	ttl   time.Duration
+	q     *queue  // the key's queue in the engine, from enter to release
+	e     *Engine // for Expires
 
 	ctx    context.Context         // fn's, and the acquisitions'
 	cancel context.CancelCauseFunc // ends ctx
@@ -121,9 +120,9 @@ func (e *Engine) arm(due time.Time) {
 func (e *Engine) renewDue() {
 	e.mu.Lock()
 	e.armedAt = time.Time{}
-	now := time.Now()
+	t := now()
 	var due []*Lease
-	for len(e.renewals) > 0 && !e.renewals[0].due.After(now) {
+	for len(e.renewals) > 0 && !e.renewals[0].due.After(t) {
 		l := heap.Pop(&e.renewals).(*Lease)
 		l.renewing = true
 		due = append(due, l)
@@ -146,7 +145,7 @@ func (e *Engine) renew(l *Lease) {
 		e.mu.Unlock()
 		return
 	}
-	sent := time.Now()
+	sent := now()
 	if !sent.Before(l.expires) {
 		// Renewals failed until the lease ran out: a lease that ran out
 		// is never renewed.
@@ -183,7 +182,7 @@ func (e *Engine) renew(l *Lease) {
 	// Try again soon, but never past the lease's end: the check at the
 	// top then declares it lost.
 	l.lastErr = err
-	e.schedule(l, time.Now().Add(min(max(l.ttl/10, time.Millisecond), time.Until(l.expires))))
+	e.schedule(l, now().Add(min(max(l.ttl/10, time.Millisecond), time.Until(l.expires))))
 }
 
 // renewed ends a renewal that schedules no other. e.mu is held.

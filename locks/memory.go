@@ -12,7 +12,9 @@ import (
 // MemoryStore is a Store inside one process: a map under a mutex. Engines
 // sharing it exclude each other; other processes do not see it.
 //
-// Its clock is time.Now (or the one given to NewMemoryStoreClock). Fences
+// Its clock is the monotonic clock (time.Now's wall time when the package
+// started, moved on by the monotonic time since: one clock read, and no
+// steps), or the one given to NewMemoryStoreClock. Fences
 // are one counter for every key, seeded from the wall clock: each is
 // max(last+1, now in microseconds), so they keep growing across restarts
 // of the process as long as the clock does not step back and acquisitions
@@ -39,8 +41,8 @@ type memLease struct {
 // live reports whether the lease is held at now.
 func (m memLease) live(now time.Time) bool { return now.Before(m.expires) }
 
-// NewMemoryStore returns an empty store on time.Now.
-func NewMemoryStore() *MemoryStore { return NewMemoryStoreClock(time.Now) }
+// NewMemoryStore returns an empty store on the monotonic clock.
+func NewMemoryStore() *MemoryStore { return NewMemoryStoreClock(now) }
 
 // NewMemoryStoreClock returns an empty store whose clock is now, for tests
 // that move time by hand.
