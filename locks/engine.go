@@ -131,7 +131,7 @@ func (e *Engine) Close() error {
 	if !e.closed {
 		e.closed = true
 		for l := e.active; l != nil; l = l.next {
-			l.cancel(ErrClosed)
+			l.hc.cancel(ErrClosed)
 		}
 		e.grace = time.AfterFunc(CloseGrace, func() { e.stopCalls(ErrClosed) })
 	}
@@ -240,7 +240,7 @@ func (e *Engine) hold(ctx context.Context, t target, key string, fn func(context
 	l := e.newLease(ctx, t, key, s.ttl)
 	w, err := e.enter(l)
 	if err != nil {
-		l.cancel(err)
+		l.hc.cancel(err)
 		return false, fmt.Errorf("locks: hold %q: %w", key, err)
 	}
 	defer e.holds.Done()
@@ -259,7 +259,7 @@ func (e *Engine) hold(ctx context.Context, t target, key string, fn func(context
 // them. Its first owner comes in enter.
 func (e *Engine) newLease(ctx context.Context, t target, key string, ttl time.Duration) *Lease {
 	l := &Lease{key: key, t: t, ttl: ttl, idx: -1, e: e}
-	l.ctx, l.cancel = context.WithCancelCause(ctx)
+	l.hc.parent = ctx
 	l.calls.parent, l.calls.stop = ctx, e.calls
 	return l
 }
@@ -342,7 +342,7 @@ func (e *Engine) abandon(l *Lease) {
 	e.mu.Lock()
 	e.unlinkLocked(l)
 	e.mu.Unlock()
-	l.cancel(errReleased)
+	l.hc.cancel(errReleased)
 }
 
 // unlinkLocked takes l off the list of leases. e.mu is held.
@@ -417,9 +417,9 @@ func (e *Engine) wait(l *Lease, w *waiter, s settings, askNow bool) error {
 		case <-deadline:
 			e.leave(l.q, w)
 			return &TimeoutError{Key: l.key, Wait: s.wait}
-		case <-l.ctx.Done(): // the caller's context or Close
+		case <-l.hc.Done(): // the caller's context or Close
 			e.leave(l.q, w)
-			return fmt.Errorf("locks: hold %q: %w", l.key, context.Cause(l.ctx))
+			return fmt.Errorf("locks: hold %q: %w", l.key, context.Cause(&l.hc))
 		}
 	}
 }
@@ -507,7 +507,7 @@ func (e *Engine) leave(q *queue, w *waiter) {
 // changes nothing) and draws a new owner for any later ask.
 func (e *Engine) ask(l *Lease) (bool, error) {
 	sent := now()
-	fence, ok, err := l.t.acquire(l.ctx, e.store, l.key, l.owner, l.ttl)
+	fence, ok, err := l.t.acquire(&l.hc, e.store, l.key, l.owner, l.ttl)
 	if err != nil {
 		rctx, cancel := context.WithTimeout(&l.calls, cleanupTimeout)
 		_, _ = l.t.release(rctx, e.store, l.key, l.owner)
@@ -515,8 +515,8 @@ func (e *Engine) ask(l *Lease) (bool, error) {
 		e.mu.Lock()
 		l.owner = e.newOwnerLocked()
 		e.mu.Unlock()
-		if l.ctx.Err() != nil {
-			return false, fmt.Errorf("locks: hold %q: %w", l.key, context.Cause(l.ctx))
+		if l.hc.Err() != nil {
+			return false, fmt.Errorf("locks: hold %q: %w", l.key, context.Cause(&l.hc))
 		}
 		return false, fmt.Errorf("locks: acquire %q: %w", l.key, err)
 	}
@@ -541,8 +541,8 @@ func (e *Engine) settle(l *Lease, w *waiter, ok bool, err error) error {
 	}
 	if ok {
 		q.held++
-		if l.ctx.Err() != nil {
-			gone = context.Cause(l.ctx)
+		if l.hc.Err() != nil {
+			gone = context.Cause(&l.hc)
 		} else {
 			e.schedule(l, l.expires.Add(l.ttl/3-l.ttl)) // sent + ttl/3
 		}
@@ -585,10 +585,10 @@ func (e *Engine) release(l *Lease) error {
 
 // run calls fn with the lease, renewed meanwhile, and releases it.
 func (e *Engine) run(l *Lease, fn func(context.Context, *Lease) error, s settings) (err error) {
-	fctx := l.ctx
+	var fctx context.Context = &l.hc
 	if s.maxHold > 0 {
 		var cancelMax context.CancelFunc
-		fctx, cancelMax = context.WithTimeoutCause(l.ctx, s.maxHold, ErrMaxHold)
+		fctx, cancelMax = context.WithTimeoutCause(&l.hc, s.maxHold, ErrMaxHold)
 		defer cancelMax()
 	}
 	returned := false
@@ -600,7 +600,7 @@ func (e *Engine) run(l *Lease, fn func(context.Context, *Lease) error, s setting
 			cause = context.Cause(fctx)
 		}
 		lost := e.stopRenewal(l)
-		l.cancel(errReleased)
+		l.hc.cancel(errReleased)
 		rerr := e.release(l)
 		if !returned {
 			return // the panic goes on; nobody reads err

@@ -17,9 +17,8 @@ type Lease struct {
 	q     *queue  // the key's queue in the engine, from enter to release
 	e     *Engine // for Expires
 
-	ctx    context.Context         // fn's, and the acquisitions'
-	cancel context.CancelCauseFunc // ends ctx
-	calls  storeCtx                // for renewals and releases
+	hc    holdCtx  // fn's context, and the acquisitions'
+	calls storeCtx // for renewals and releases
 
 	// The rest is the engine's, under its mutex.
 
@@ -198,7 +197,7 @@ func (e *Engine) renewed(l *Lease) {
 func (e *Engine) lose(l *Lease, err error) {
 	if l.lost == nil {
 		l.lost = &LeaseLostError{Key: l.key, Fence: l.fence, Err: err}
-		l.cancel(l.lost)
+		l.hc.cancel(l.lost)
 	}
 }
 

@@ -1,0 +1,118 @@
+package locks
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// holdCtx is a hold's context: fn's, and the acquisitions' before it. It
+// ends when its parent (the caller's context) ends or when the engine
+// cancels it (a lost lease, Close, the release), and context.Cause tells
+// which: it behaves as context.WithCancelCause(parent).
+//
+// It makes that context lazily. Until someone asks for its Done channel,
+// or for a value once it has ended, it is a few fields inside the Lease:
+// Err looks at the parent, cancel records the cause, and nothing is
+// allocated or registered with the parent. An uncontended hold whose fn
+// never waits on its context (the common short critical section) so pays
+// for no context at all; one that does pays what WithCancelCause costs.
+//
+// Once made, the real context (inner) answers everything. It is made
+// already ended when the hold ended first, with the same error and cause:
+// from the parent when the parent ended first (WithCancelCause of an ended
+// parent ends at once, with the parent's error and cause), else detached
+// from the parent (context.WithoutCancel) and canceled with the cause.
+// Before it exists, Value answers the parent's values while the context
+// is live; the context package looks for a context's cancelation through
+// Value only after Done (to register a child) or after Err reported the
+// end (context.Cause), and both find inner.
+type holdCtx struct {
+	parent context.Context
+
+	mu       sync.Mutex
+	err      error // while inner is nil: how it ended (nil: live)
+	cause    error
+	byParent bool            // it ended because the parent did
+	inner    context.Context // the real one, once made
+	stop     context.CancelCauseFunc
+}
+
+func (c *holdCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+
+func (c *holdCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.innerLocked().Done()
+}
+
+func (c *holdCtx) Err() error {
+	c.mu.Lock()
+	inner := c.inner
+	err := c.endedLocked()
+	c.mu.Unlock()
+	if inner != nil {
+		return inner.Err()
+	}
+	return err
+}
+
+func (c *holdCtx) Value(key any) any {
+	c.mu.Lock()
+	inner := c.inner
+	if inner == nil && c.endedLocked() != nil {
+		inner = c.innerLocked()
+	}
+	c.mu.Unlock()
+	if inner != nil {
+		return inner.Value(key)
+	}
+	return c.parent.Value(key)
+}
+
+func (c *holdCtx) String() string { return "locks.Hold context" }
+
+// cancel ends the context with cause, unless it has ended already.
+func (c *holdCtx) cancel(cause error) {
+	if cause == nil {
+		cause = context.Canceled
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inner != nil {
+		c.stop(cause)
+		return
+	}
+	if c.endedLocked() == nil {
+		c.err, c.cause = context.Canceled, cause
+	}
+}
+
+// endedLocked answers how the context ended, nil while it is live; before
+// inner exists it takes the parent's end as its own the first time it
+// sees it. c.mu is held.
+func (c *holdCtx) endedLocked() error {
+	if c.err == nil && c.inner == nil {
+		if err := c.parent.Err(); err != nil {
+			c.err, c.cause, c.byParent = err, context.Cause(c.parent), true
+		}
+	}
+	return c.err
+}
+
+// innerLocked makes the real context if it does not exist yet, ended if
+// this one has. c.mu is held.
+func (c *holdCtx) innerLocked() context.Context {
+	if c.inner != nil {
+		return c.inner
+	}
+	if c.endedLocked() != nil && !c.byParent {
+		c.inner, c.stop = context.WithCancelCause(context.WithoutCancel(c.parent))
+		c.stop(c.cause)
+	} else {
+		// Live, or ended with the parent: then WithCancelCause ends at
+		// once, with the parent's error and cause.
+		c.inner, c.stop = context.WithCancelCause(c.parent)
+	}
+	return c.inner
+}
