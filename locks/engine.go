@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -48,9 +47,9 @@ type Engine struct {
 	stopCalls context.CancelCauseFunc
 
 	mu          sync.Mutex
-	queues      map[queueKey]*queue
-	swept       int    // len(queues) after the last sweep of idle queues
-	active      *Lease // leases from enter to release, linked through prev and next
+	queues      [2]map[string]*queue // by key: [0] locks, [1] semaphores
+	swept       int                  // len of both after the last sweep of idle queues
+	active      *Lease               // leases from enter to release, linked through prev and next
 	closed      bool
 	grace       *time.Timer // cancels calls, once Close has waited CloseGrace
 	holds       sync.WaitGroup
@@ -60,8 +59,9 @@ type Engine struct {
 	ownerBlock []byte // the unused rest of the block owners are cut from
 
 	renewals   renewHeap   // running leases by next renewal
-	renewTimer *time.Timer // fires at armedAt (zero: not armed)
-	armedAt    time.Time
+	renewTimer *time.Timer // fires at armedAt, if armed
+	armedAt    mono
+	armed      bool
 }
 
 // New returns an engine over store. The options become the defaults of
@@ -72,7 +72,7 @@ func New(store Store, opts ...Option) *Engine {
 	e := &Engine{
 		store:    store,
 		defaults: defaultSettings().with(opts),
-		queues:   make(map[queueKey]*queue),
+		queues:   [2]map[string]*queue{make(map[string]*queue), make(map[string]*queue)},
 	}
 	var seed [16]byte
 	binary.LittleEndian.PutUint64(seed[:8], rand.Uint64())
@@ -88,7 +88,7 @@ func New(store Store, opts ...Option) *Engine {
 // released wakes the first waiter of a key that another process released.
 func (e *Engine) released(slot bool, key string) {
 	e.mu.Lock()
-	if q := e.queues[queueKey{slot: slot, key: key}]; q != nil {
+	if q := e.queues[space(slot)][key]; q != nil {
 		q.wakeFront()
 	}
 	e.mu.Unlock()
@@ -183,11 +183,14 @@ func (t target) release(ctx context.Context, s Store, key, owner string) (bool, 
 	return s.ReleaseSlot(ctx, key, owner)
 }
 
-// queueKey names a key's queue: locks and semaphores are separate key
-// spaces, as in the store.
-type queueKey struct {
-	slot bool
-	key  string
+// space is the index in Engine.queues of the locks (slot false) or the
+// semaphores: separate key spaces, as in the store. Apart, each map is
+// keyed by a plain string, which hashes faster than a struct.
+func space(slot bool) int {
+	if slot {
+		return 1
+	}
+	return 0
 }
 
 // queue is this engine's state for one key: its waiters in arrival order
@@ -260,7 +263,6 @@ func (e *Engine) hold(ctx context.Context, t target, key string, fn func(context
 func (e *Engine) newLease(ctx context.Context, t target, key string, ttl time.Duration) *Lease {
 	l := &Lease{key: key, t: t, ttl: ttl, idx: -1, e: e}
 	l.hc.parent = ctx
-	l.calls.parent, l.calls.stop = ctx, e.calls
 	return l
 }
 
@@ -305,12 +307,12 @@ func (e *Engine) enter(l *Lease) (*waiter, error) {
 	}
 	e.active = l
 	l.linked = true
-	qk := queueKey{slot: l.t.limit > 0, key: l.key}
-	q := e.queues[qk]
+	queues := e.queues[space(l.t.limit > 0)]
+	q := queues[l.key]
 	if q == nil {
 		e.sweepQueuesLocked()
 		q = &queue{}
-		e.queues[qk] = q
+		queues[l.key] = q
 	}
 	l.q = q
 	if q.waiters.Len() == 0 && !q.asking && q.held < l.t.capacity() {
@@ -325,15 +327,17 @@ func (e *Engine) enter(l *Lease) (*waiter, error) {
 // sweepQueuesLocked drops idle queues once the map has doubled since the
 // last sweep: amortized O(1) per new key. e.mu is held.
 func (e *Engine) sweepQueuesLocked() {
-	if len(e.queues) <= 2*e.swept+64 {
+	if len(e.queues[0])+len(e.queues[1]) <= 2*e.swept+64 {
 		return
 	}
-	for k, q := range e.queues {
-		if q.idle() {
-			delete(e.queues, k)
+	for _, queues := range e.queues {
+		for k, q := range queues {
+			if q.idle() {
+				delete(queues, k)
+			}
 		}
 	}
-	e.swept = len(e.queues)
+	e.swept = len(e.queues[0]) + len(e.queues[1])
 }
 
 // abandon unlinks a lease that was never granted (or was given back) and
@@ -506,10 +510,10 @@ func (e *Engine) leave(q *queue, w *waiter) {
 // whatever may have been taken (a release by an owner that holds nothing
 // changes nothing) and draws a new owner for any later ask.
 func (e *Engine) ask(l *Lease) (bool, error) {
-	sent := now()
+	sent := monoNow()
 	fence, ok, err := l.t.acquire(&l.hc, e.store, l.key, l.owner, l.ttl)
 	if err != nil {
-		rctx, cancel := context.WithTimeout(&l.calls, cleanupTimeout)
+		rctx, cancel := context.WithTimeout(l.calls(), cleanupTimeout)
 		_, _ = l.t.release(rctx, e.store, l.key, l.owner)
 		cancel()
 		e.mu.Lock()
@@ -521,7 +525,7 @@ func (e *Engine) ask(l *Lease) (bool, error) {
 		return false, fmt.Errorf("locks: acquire %q: %w", l.key, err)
 	}
 	if ok {
-		l.fence, l.expires = fence, sent.Add(l.ttl)
+		l.fence, l.expires = fence, sent.add(l.ttl)
 	}
 	return ok, nil
 }
@@ -544,7 +548,7 @@ func (e *Engine) settle(l *Lease, w *waiter, ok bool, err error) error {
 		if l.hc.Err() != nil {
 			gone = context.Cause(&l.hc)
 		} else {
-			e.schedule(l, l.expires.Add(l.ttl/3-l.ttl)) // sent + ttl/3
+			e.schedule(l, l.expires.add(l.ttl/3-l.ttl)) // sent + ttl/3
 		}
 	}
 	if !ok || q.held < l.t.capacity() {
@@ -574,7 +578,7 @@ func (e *Engine) settle(l *Lease, w *waiter, ok bool, err error) error {
 // store bounds its calls itself: SQLite's busy_timeout), and ends
 // CloseGrace after Close.
 func (e *Engine) release(l *Lease) error {
-	_, err := l.t.release(&l.calls, e.store, l.key, l.owner)
+	_, err := l.t.release(l.calls(), e.store, l.key, l.owner)
 	e.mu.Lock()
 	e.unlinkLocked(l)
 	l.q.held--
@@ -615,29 +619,30 @@ func (e *Engine) run(l *Lease, fn func(context.Context, *Lease) error, s setting
 	return err
 }
 
-// storeCtx is the context of a store call that must outlive the hold's
-// own context but not the engine: the hold's values (its context without
-// cancel), done when the engine's calls end. It lives inside its Lease, so
-// passing it costs no allocation; the values are detached from the hold's
-// context (context.WithoutCancel) only when a store asks for one.
-type storeCtx struct {
-	parent context.Context // the hold's: only its values are used
-	stop   context.Context
-	values atomic.Pointer[context.Context] // parent without cancel, once asked
-}
+// storeCtx is a Lease seen as the context of its store calls that must
+// outlive the hold's own context but not the engine: the hold's values
+// (its context without cancel), done when the engine's calls end. Being
+// the Lease, it costs no allocation and no room; the values are detached
+// from the hold's context (context.WithoutCancel) only when a store asks
+// for one.
+type storeCtx Lease
 
-func (c *storeCtx) Deadline() (time.Time, bool) { return c.stop.Deadline() }
-func (c *storeCtx) Done() <-chan struct{}       { return c.stop.Done() }
-func (c *storeCtx) Err() error                  { return c.stop.Err() }
+// calls is the context of l's renewals and releases.
+func (l *Lease) calls() *storeCtx { return (*storeCtx)(l) }
+
+func (c *storeCtx) Deadline() (time.Time, bool) { return c.e.calls.Deadline() }
+func (c *storeCtx) Done() <-chan struct{}       { return c.e.calls.Done() }
+func (c *storeCtx) Err() error                  { return c.e.calls.Err() }
 
 // Value answers the hold's values, never its cancellation.
 func (c *storeCtx) Value(key any) any {
-	if c.parent.Done() == nil {
-		return c.parent.Value(key) // never canceled: nothing to detach
+	parent := c.hc.parent
+	if parent.Done() == nil {
+		return parent.Value(key) // never canceled: nothing to detach
 	}
 	v := c.values.Load()
 	if v == nil {
-		w := context.WithoutCancel(c.parent)
+		w := context.WithoutCancel(parent)
 		c.values.CompareAndSwap(nil, &w)
 		v = c.values.Load()
 	}
@@ -645,7 +650,7 @@ func (c *storeCtx) Value(key any) any {
 }
 
 // AfterFunc lets contexts derived from c follow it without a goroutine.
-func (c *storeCtx) AfterFunc(f func()) func() bool { return context.AfterFunc(c.stop, f) }
+func (c *storeCtx) AfterFunc(f func()) func() bool { return context.AfterFunc(c.e.calls, f) }
 
 // result decides what Hold returns from fn's error, the cause that ended
 // fn's context (if any) and a lost lease (if any).

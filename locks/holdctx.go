@@ -31,9 +31,8 @@ type holdCtx struct {
 	parent context.Context
 
 	mu       sync.Mutex
-	err      error // while inner is nil: how it ended (nil: live)
-	cause    error
-	byParent bool            // it ended because the parent did
+	cause    error           // while inner is nil: why it ended (nil: live)
+	byParent bool            // it ended because the parent did: Err is the parent's
 	inner    context.Context // the real one, once made
 	stop     context.CancelCauseFunc
 }
@@ -84,7 +83,7 @@ func (c *holdCtx) cancel(cause error) {
 		return
 	}
 	if c.endedLocked() == nil {
-		c.err, c.cause = context.Canceled, cause
+		c.cause = cause
 	}
 }
 
@@ -92,12 +91,19 @@ func (c *holdCtx) cancel(cause error) {
 // inner exists it takes the parent's end as its own the first time it
 // sees it. c.mu is held.
 func (c *holdCtx) endedLocked() error {
-	if c.err == nil && c.inner == nil {
-		if err := c.parent.Err(); err != nil {
-			c.err, c.cause, c.byParent = err, context.Cause(c.parent), true
-		}
+	if c.inner != nil {
+		return nil // inner answers
 	}
-	return c.err
+	if c.cause == nil {
+		if c.parent.Err() == nil {
+			return nil
+		}
+		c.cause, c.byParent = context.Cause(c.parent), true
+	}
+	if c.byParent {
+		return c.parent.Err() // once ended, a context's Err stays
+	}
+	return context.Canceled
 }
 
 // innerLocked makes the real context if it does not exist yet, ended if
