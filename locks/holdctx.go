@@ -3,6 +3,7 @@ package locks
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,43 +31,67 @@ import (
 type holdCtx struct {
 	parent context.Context
 
+	// state is live, ended (without inner) or made (inner answers from
+	// then on). It is written under mu, after what it announces, and read
+	// without it on the fast paths: once made, inner and stop never change.
+	state    atomic.Uint32
+	byParent bool // ended because the parent did: Err is the parent's
 	mu       sync.Mutex
-	cause    error           // while inner is nil: why it ended (nil: live)
-	byParent bool            // it ended because the parent did: Err is the parent's
+	cause    error           // why it ended, while not made
 	inner    context.Context // the real one, once made
 	stop     context.CancelCauseFunc
 }
 
+// The states of a holdCtx.
+const (
+	hcLive uint32 = iota
+	hcEnded
+	hcMade
+)
+
 func (c *holdCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
 
 func (c *holdCtx) Done() <-chan struct{} {
+	if c.state.Load() == hcMade {
+		return c.inner.Done()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.innerLocked().Done()
 }
 
 func (c *holdCtx) Err() error {
-	c.mu.Lock()
-	inner := c.inner
-	err := c.endedLocked()
-	c.mu.Unlock()
-	if inner != nil {
-		return inner.Err()
+	switch c.state.Load() {
+	case hcMade:
+		return c.inner.Err()
+	case hcLive:
+		if c.parent.Err() == nil {
+			return nil
+		}
 	}
-	return err
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state.Load() == hcMade {
+		return c.inner.Err()
+	}
+	return c.endedLocked()
 }
 
 func (c *holdCtx) Value(key any) any {
+	switch c.state.Load() {
+	case hcMade:
+		return c.inner.Value(key)
+	case hcLive:
+		if c.parent.Err() == nil {
+			return c.parent.Value(key)
+		}
+	}
+	// Ended: from now on context.Cause may ask for the cancelation, which
+	// only inner has.
 	c.mu.Lock()
-	inner := c.inner
-	if inner == nil && c.endedLocked() != nil {
-		inner = c.innerLocked()
-	}
+	inner := c.innerLocked()
 	c.mu.Unlock()
-	if inner != nil {
-		return inner.Value(key)
-	}
-	return c.parent.Value(key)
+	return inner.Value(key)
 }
 
 func (c *holdCtx) String() string { return "locks.Hold context" }
@@ -78,27 +103,26 @@ func (c *holdCtx) cancel(cause error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.inner != nil {
+	if c.state.Load() == hcMade {
 		c.stop(cause)
 		return
 	}
 	if c.endedLocked() == nil {
 		c.cause = cause
+		c.state.Store(hcEnded)
 	}
 }
 
-// endedLocked answers how the context ended, nil while it is live; before
-// inner exists it takes the parent's end as its own the first time it
-// sees it. c.mu is held.
+// endedLocked answers how the context ended, nil while it is live; it
+// takes the parent's end as its own the first time it sees it. Not for a
+// made context. c.mu is held.
 func (c *holdCtx) endedLocked() error {
-	if c.inner != nil {
-		return nil // inner answers
-	}
-	if c.cause == nil {
+	if c.state.Load() == hcLive {
 		if c.parent.Err() == nil {
 			return nil
 		}
 		c.cause, c.byParent = context.Cause(c.parent), true
+		c.state.Store(hcEnded)
 	}
 	if c.byParent {
 		return c.parent.Err() // once ended, a context's Err stays
@@ -109,7 +133,7 @@ func (c *holdCtx) endedLocked() error {
 // innerLocked makes the real context if it does not exist yet, ended if
 // this one has. c.mu is held.
 func (c *holdCtx) innerLocked() context.Context {
-	if c.inner != nil {
+	if c.state.Load() == hcMade {
 		return c.inner
 	}
 	if c.endedLocked() != nil && !c.byParent {
@@ -120,5 +144,7 @@ func (c *holdCtx) innerLocked() context.Context {
 		// once, with the parent's error and cause.
 		c.inner, c.stop = context.WithCancelCause(c.parent)
 	}
+	c.cause = nil // inner has it
+	c.state.Store(hcMade)
 	return c.inner
 }
