@@ -79,6 +79,19 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 		}
 	})
+	// As a server calls it: under a request's context, which can be
+	// canceled.
+	b.Run("memory/Hold-cancelable-ctx", func(b *testing.B) {
+		e := locks.New(locks.NewMemoryStore())
+		defer e.Close()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		for b.Loop() {
+			if err := e.Hold(ctx, "k", noop); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("memory/TryHold", func(b *testing.B) {
 		e := locks.New(locks.NewMemoryStore())
 		defer e.Close()

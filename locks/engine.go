@@ -33,9 +33,9 @@ var errReleased = errors.New("locks: lease released")
 // processes compete through the store. An Engine is safe for concurrent use.
 //
 // Lock ownership: e.mu guards the queues, the list of leases, the renewal
-// heap and closed. Each helper below takes and releases e.mu itself and
-// never calls the store while holding it; the few that expect it held say
-// so and end in Locked. No function unlocks a mutex its caller locked.
+// heap, the owner counter and closed. Each helper below takes and releases
+// e.mu itself and never calls the store while holding it; the few that
+// expect it held say so and end in Locked. No function unlocks a mutex its caller locked.
 type Engine struct {
 	store    Store
 	defaults settings
@@ -266,8 +266,8 @@ func (e *Engine) newLease(ctx context.Context, t target, key string, ttl time.Du
 	return l
 }
 
-// Owners are cut from blocks of ownerBlockSize bytes: one allocation every
-// few dozen holds, and a store entry that keeps an owner (an expired
+// Owners are cut from blocks of ownerBlockSize bytes: one allocation per
+// about a hundred holds, and a store entry that keeps an owner (an expired
 // lease nobody released) keeps that block reachable, not the lease.
 const (
 	ownerBlockSize = 4096
