@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -34,14 +33,13 @@ var errReleased = errors.New("locks: lease released")
 // processes compete through the store. An Engine is safe for concurrent use.
 //
 // Lock ownership: e.mu guards the queues, the list of leases, the renewal
-// heap and closed. Each helper below takes and releases e.mu itself and
-// never calls the store while holding it; the few that expect it held say
-// so and end in Locked. No function unlocks a mutex its caller locked.
+// heap, the owner counter and closed. Each helper below takes and releases
+// e.mu itself and never calls the store while holding it; the few that
+// expect it held say so and end in Locked. No function unlocks a mutex its caller locked.
 type Engine struct {
 	store    Store
 	defaults settings
-	prefix   [32]byte      // 128 random bits in hex: every owner starts with them
-	owners   atomic.Uint64 // the counter after the prefix
+	prefix   [32]byte // 128 random bits in hex: every owner starts with them
 
 	// calls ends CloseGrace after Close begins: store calls that give keys
 	// back carry it (see storeCtx).
@@ -49,17 +47,21 @@ type Engine struct {
 	stopCalls context.CancelCauseFunc
 
 	mu          sync.Mutex
-	queues      map[queueKey]*queue
-	swept       int    // len(queues) after the last sweep of idle queues
-	active      *Lease // leases from enter to release, linked through prev and next
+	queues      [2]map[string]*queue // by key: [0] locks, [1] semaphores
+	swept       int                  // len of both after the last sweep of idle queues
+	active      *Lease               // leases from enter to release, linked through prev and next
 	closed      bool
 	grace       *time.Timer // cancels calls, once Close has waited CloseGrace
 	holds       sync.WaitGroup
 	unsubscribe func() // from a Notifier store
 
+	owners     uint64 // the counter after the prefix
+	ownerBlock []byte // the unused rest of the block owners are cut from
+
 	renewals   renewHeap   // running leases by next renewal
-	renewTimer *time.Timer // fires at armedAt (zero: not armed)
-	armedAt    time.Time
+	renewTimer *time.Timer // fires at armedAt, if armed
+	armedAt    mono
+	armed      bool
 }
 
 // New returns an engine over store. The options become the defaults of
@@ -70,7 +72,7 @@ func New(store Store, opts ...Option) *Engine {
 	e := &Engine{
 		store:    store,
 		defaults: defaultSettings().with(opts),
-		queues:   make(map[queueKey]*queue),
+		queues:   [2]map[string]*queue{make(map[string]*queue), make(map[string]*queue)},
 	}
 	var seed [16]byte
 	binary.LittleEndian.PutUint64(seed[:8], rand.Uint64())
@@ -86,7 +88,7 @@ func New(store Store, opts ...Option) *Engine {
 // released wakes the first waiter of a key that another process released.
 func (e *Engine) released(slot bool, key string) {
 	e.mu.Lock()
-	if q := e.queues[queueKey{slot: slot, key: key}]; q != nil {
+	if q := e.queues[space(slot)][key]; q != nil {
 		q.wakeFront()
 	}
 	e.mu.Unlock()
@@ -129,7 +131,7 @@ func (e *Engine) Close() error {
 	if !e.closed {
 		e.closed = true
 		for l := e.active; l != nil; l = l.next {
-			l.cancel(ErrClosed)
+			l.hc.cancel(ErrClosed)
 		}
 		e.grace = time.AfterFunc(CloseGrace, func() { e.stopCalls(ErrClosed) })
 	}
@@ -181,11 +183,14 @@ func (t target) release(ctx context.Context, s Store, key, owner string) (bool, 
 	return s.ReleaseSlot(ctx, key, owner)
 }
 
-// queueKey names a key's queue: locks and semaphores are separate key
-// spaces, as in the store.
-type queueKey struct {
-	slot bool
-	key  string
+// space is the index in Engine.queues of the locks (slot false) or the
+// semaphores: separate key spaces, as in the store. Apart, each map is
+// keyed by a plain string, which hashes faster than a struct.
+func space(slot bool) int {
+	if slot {
+		return 1
+	}
+	return 0
 }
 
 // queue is this engine's state for one key: its waiters in arrival order
@@ -238,7 +243,7 @@ func (e *Engine) hold(ctx context.Context, t target, key string, fn func(context
 	l := e.newLease(ctx, t, key, s.ttl)
 	w, err := e.enter(l)
 	if err != nil {
-		l.cancel(err)
+		l.hc.cancel(err)
 		return false, fmt.Errorf("locks: hold %q: %w", key, err)
 	}
 	defer e.holds.Done()
@@ -252,23 +257,35 @@ func (e *Engine) hold(ctx context.Context, t target, key string, fn func(context
 	return true, e.run(l, fn, s)
 }
 
-// newLease makes the lease a hold will try to get: its fn context (which
+// newLease makes the lease a hold will try to get: its fn context, which
 // also carries the store calls that acquire it, so that Close cancels
-// them) and its first owner.
+// them. Its first owner comes in enter.
 func (e *Engine) newLease(ctx context.Context, t target, key string, ttl time.Duration) *Lease {
 	l := &Lease{key: key, t: t, ttl: ttl, idx: -1, e: e}
-	l.ctx, l.cancel = context.WithCancelCause(ctx)
-	base := ctx
-	if ctx.Done() != nil {
-		base = context.WithoutCancel(ctx)
-	}
-	l.calls = storeCtx{Context: base, stop: e.calls}
-	n := copy(l.ownerBuf[:], e.prefix[:])
-	b := strconv.AppendUint(l.ownerBuf[:n], e.owners.Add(1), 16)
-	// The bytes are never written again: ask draws a later owner into a
-	// string of its own.
-	l.owner = unsafe.String(&b[0], len(b))
+	l.hc.parent = ctx
 	return l
+}
+
+// Owners are cut from blocks of ownerBlockSize bytes: one allocation per
+// about a hundred holds, and a store entry that keeps an owner (an expired
+// lease nobody released) keeps that block reachable, not the lease.
+const (
+	ownerBlockSize = 4096
+	ownerMaxLen    = 32 + 16 // the prefix and a 64-bit counter in hex
+)
+
+// newOwnerLocked draws an owner no other acquisition uses: the engine's
+// random prefix and the next count, in hex. e.mu is held.
+func (e *Engine) newOwnerLocked() string {
+	if len(e.ownerBlock) < ownerMaxLen {
+		e.ownerBlock = make([]byte, ownerBlockSize)
+	}
+	e.owners++
+	b := append(e.ownerBlock[:0:ownerMaxLen], e.prefix[:]...)
+	b = strconv.AppendUint(b, e.owners, 16)
+	e.ownerBlock = e.ownerBlock[len(b):]
+	// The bytes are never written again: the block moved past them.
+	return unsafe.String(&b[0], len(b))
 }
 
 // enter counts a hold in and links its lease (so that Close cancels it),
@@ -283,18 +300,19 @@ func (e *Engine) enter(l *Lease) (*waiter, error) {
 		return nil, ErrClosed
 	}
 	e.holds.Add(1)
+	l.owner = e.newOwnerLocked()
 	l.next = e.active
 	if e.active != nil {
 		e.active.prev = l
 	}
 	e.active = l
 	l.linked = true
-	qk := queueKey{slot: l.t.limit > 0, key: l.key}
-	q := e.queues[qk]
+	queues := e.queues[space(l.t.limit > 0)]
+	q := queues[l.key]
 	if q == nil {
 		e.sweepQueuesLocked()
 		q = &queue{}
-		e.queues[qk] = q
+		queues[l.key] = q
 	}
 	l.q = q
 	if q.waiters.Len() == 0 && !q.asking && q.held < l.t.capacity() {
@@ -309,15 +327,17 @@ func (e *Engine) enter(l *Lease) (*waiter, error) {
 // sweepQueuesLocked drops idle queues once the map has doubled since the
 // last sweep: amortized O(1) per new key. e.mu is held.
 func (e *Engine) sweepQueuesLocked() {
-	if len(e.queues) <= 2*e.swept+64 {
+	if len(e.queues[0])+len(e.queues[1]) <= 2*e.swept+64 {
 		return
 	}
-	for k, q := range e.queues {
-		if q.idle() {
-			delete(e.queues, k)
+	for _, queues := range e.queues {
+		for k, q := range queues {
+			if q.idle() {
+				delete(queues, k)
+			}
 		}
 	}
-	e.swept = len(e.queues)
+	e.swept = len(e.queues[0]) + len(e.queues[1])
 }
 
 // abandon unlinks a lease that was never granted (or was given back) and
@@ -326,7 +346,7 @@ func (e *Engine) abandon(l *Lease) {
 	e.mu.Lock()
 	e.unlinkLocked(l)
 	e.mu.Unlock()
-	l.cancel(errReleased)
+	l.hc.cancel(errReleased)
 }
 
 // unlinkLocked takes l off the list of leases. e.mu is held.
@@ -401,9 +421,9 @@ func (e *Engine) wait(l *Lease, w *waiter, s settings, askNow bool) error {
 		case <-deadline:
 			e.leave(l.q, w)
 			return &TimeoutError{Key: l.key, Wait: s.wait}
-		case <-l.ctx.Done(): // the caller's context or Close
+		case <-l.hc.Done(): // the caller's context or Close
 			e.leave(l.q, w)
-			return fmt.Errorf("locks: hold %q: %w", l.key, context.Cause(l.ctx))
+			return fmt.Errorf("locks: hold %q: %w", l.key, context.Cause(&l.hc))
 		}
 	}
 }
@@ -490,20 +510,22 @@ func (e *Engine) leave(q *queue, w *waiter) {
 // whatever may have been taken (a release by an owner that holds nothing
 // changes nothing) and draws a new owner for any later ask.
 func (e *Engine) ask(l *Lease) (bool, error) {
-	sent := time.Now()
-	fence, ok, err := l.t.acquire(l.ctx, e.store, l.key, l.owner, l.ttl)
+	sent := monoNow()
+	fence, ok, err := l.t.acquire(&l.hc, e.store, l.key, l.owner, l.ttl)
 	if err != nil {
-		rctx, cancel := context.WithTimeout(&l.calls, cleanupTimeout)
+		rctx, cancel := context.WithTimeout(l.calls(), cleanupTimeout)
 		_, _ = l.t.release(rctx, e.store, l.key, l.owner)
 		cancel()
-		l.owner = string(strconv.AppendUint(append([]byte(nil), e.prefix[:]...), e.owners.Add(1), 16))
-		if l.ctx.Err() != nil {
-			return false, fmt.Errorf("locks: hold %q: %w", l.key, context.Cause(l.ctx))
+		e.mu.Lock()
+		l.owner = e.newOwnerLocked()
+		e.mu.Unlock()
+		if l.hc.Err() != nil {
+			return false, fmt.Errorf("locks: hold %q: %w", l.key, context.Cause(&l.hc))
 		}
 		return false, fmt.Errorf("locks: acquire %q: %w", l.key, err)
 	}
 	if ok {
-		l.fence, l.expires = fence, sent.Add(l.ttl)
+		l.fence, l.expires = fence, sent.add(l.ttl)
 	}
 	return ok, nil
 }
@@ -523,10 +545,10 @@ func (e *Engine) settle(l *Lease, w *waiter, ok bool, err error) error {
 	}
 	if ok {
 		q.held++
-		if l.ctx.Err() != nil {
-			gone = context.Cause(l.ctx)
+		if l.hc.Err() != nil {
+			gone = context.Cause(&l.hc)
 		} else {
-			e.schedule(l, l.expires.Add(l.ttl/3-l.ttl)) // sent + ttl/3
+			e.schedule(l, l.expires.add(l.ttl/3-l.ttl)) // sent + ttl/3
 		}
 	}
 	if !ok || q.held < l.t.capacity() {
@@ -556,7 +578,7 @@ func (e *Engine) settle(l *Lease, w *waiter, ok bool, err error) error {
 // store bounds its calls itself: SQLite's busy_timeout), and ends
 // CloseGrace after Close.
 func (e *Engine) release(l *Lease) error {
-	_, err := l.t.release(&l.calls, e.store, l.key, l.owner)
+	_, err := l.t.release(l.calls(), e.store, l.key, l.owner)
 	e.mu.Lock()
 	e.unlinkLocked(l)
 	l.q.held--
@@ -567,10 +589,10 @@ func (e *Engine) release(l *Lease) error {
 
 // run calls fn with the lease, renewed meanwhile, and releases it.
 func (e *Engine) run(l *Lease, fn func(context.Context, *Lease) error, s settings) (err error) {
-	fctx := l.ctx
+	var fctx context.Context = &l.hc
 	if s.maxHold > 0 {
 		var cancelMax context.CancelFunc
-		fctx, cancelMax = context.WithTimeoutCause(l.ctx, s.maxHold, ErrMaxHold)
+		fctx, cancelMax = context.WithTimeoutCause(&l.hc, s.maxHold, ErrMaxHold)
 		defer cancelMax()
 	}
 	returned := false
@@ -582,7 +604,7 @@ func (e *Engine) run(l *Lease, fn func(context.Context, *Lease) error, s setting
 			cause = context.Cause(fctx)
 		}
 		lost := e.stopRenewal(l)
-		l.cancel(errReleased)
+		l.hc.cancel(errReleased)
 		rerr := e.release(l)
 		if !returned {
 			return // the panic goes on; nobody reads err
@@ -597,21 +619,38 @@ func (e *Engine) run(l *Lease, fn func(context.Context, *Lease) error, s setting
 	return err
 }
 
-// storeCtx is the context of a store call that must outlive the hold's
-// own context but not the engine: the hold's values (its context without
-// cancel), done when the engine's calls end. It lives inside its Lease, so
-// passing it costs no allocation.
-type storeCtx struct {
-	context.Context // values only
-	stop            context.Context
+// storeCtx is a Lease seen as the context of its store calls that must
+// outlive the hold's own context but not the engine: the hold's values
+// (its context without cancel), done when the engine's calls end. Being
+// the Lease, it costs no allocation and no room; the values are detached
+// from the hold's context (context.WithoutCancel) only when a store asks
+// for one.
+type storeCtx Lease
+
+// calls is the context of l's renewals and releases.
+func (l *Lease) calls() *storeCtx { return (*storeCtx)(l) }
+
+func (c *storeCtx) Deadline() (time.Time, bool) { return c.e.calls.Deadline() }
+func (c *storeCtx) Done() <-chan struct{}       { return c.e.calls.Done() }
+func (c *storeCtx) Err() error                  { return c.e.calls.Err() }
+
+// Value answers the hold's values, never its cancellation.
+func (c *storeCtx) Value(key any) any {
+	parent := c.hc.parent
+	if parent.Done() == nil {
+		return parent.Value(key) // never canceled: nothing to detach
+	}
+	v := c.values.Load()
+	if v == nil {
+		w := context.WithoutCancel(parent)
+		c.values.CompareAndSwap(nil, &w)
+		v = c.values.Load()
+	}
+	return (*v).Value(key)
 }
 
-func (c *storeCtx) Deadline() (time.Time, bool) { return c.stop.Deadline() }
-func (c *storeCtx) Done() <-chan struct{}       { return c.stop.Done() }
-func (c *storeCtx) Err() error                  { return c.stop.Err() }
-
 // AfterFunc lets contexts derived from c follow it without a goroutine.
-func (c *storeCtx) AfterFunc(f func()) func() bool { return context.AfterFunc(c.stop, f) }
+func (c *storeCtx) AfterFunc(f func()) func() bool { return context.AfterFunc(c.e.calls, f) }
 
 // result decides what Hold returns from fn's error, the cause that ended
 // fn's context (if any) and a lost lease (if any).

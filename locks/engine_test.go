@@ -81,9 +81,11 @@ func assertIdle(t *testing.T, e *Engine, m *MemoryStore) {
 	t.Helper()
 	e.mu.Lock()
 	queues := 0
-	for _, q := range e.queues {
-		if !q.idle() {
-			queues++
+	for _, qs := range e.queues {
+		for _, q := range qs {
+			if !q.idle() {
+				queues++
+			}
 		}
 	}
 	running, renewals := e.active != nil, len(e.renewals)
@@ -100,7 +102,7 @@ func assertIdle(t *testing.T, e *Engine, m *MemoryStore) {
 func waiting(e *Engine, slot bool, key string) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if q := e.queues[queueKey{slot: slot, key: key}]; q != nil {
+	if q := e.queues[space(slot)][key]; q != nil {
 		return q.waiters.Len()
 	}
 	return 0

@@ -86,7 +86,7 @@ func (e *Engine) inspect(ctx context.Context, t target, key string) (Info, error
 		info.Holders[i].Left = info.Holders[i].Expires.Sub(st.Now)
 	}
 	e.mu.Lock()
-	if q := e.queues[queueKey{slot: slot, key: key}]; q != nil {
+	if q := e.queues[space(slot)][key]; q != nil {
 		info.Waiters, info.HeldHere = q.waiters.Len(), q.held
 	}
 	e.mu.Unlock()

@@ -3,24 +3,23 @@ package locks
 import (
 	"container/heap"
 	"context"
+	"sync/atomic"
 	"time"
 )
 
 // Lease is a held key, given to fn for as long as fn runs. Its methods are
 // safe for concurrent use.
 type Lease struct {
-	key      string
-	owner    string // in ownerBuf, for the first ask
-	ownerBuf [48]byte
-	fence    int64
-	t        target
-	ttl      time.Duration
-	q        *queue  // the key's queue in the engine, from enter to release
-	e        *Engine // for Expires
+	key   string
+	owner string
+	fence int64
+	t     target
+	ttl   time.Duration
+	q     *queue  // the key's queue in the engine, from enter to release
+	e     *Engine // for Expires
 
-	ctx    context.Context         // fn's, and the acquisitions'
-	cancel context.CancelCauseFunc // ends ctx
-	calls  storeCtx                // for renewals and releases
+	hc     holdCtx                         // fn's context, and the acquisitions'
+	values atomic.Pointer[context.Context] // of the store calls' context (see storeCtx)
 
 	// The rest is the engine's, under its mutex.
 
@@ -28,15 +27,15 @@ type Lease struct {
 	// when the last successful acquisition or renewal was sent, plus the
 	// TTL. The store started counting no earlier, so its own expiry is not
 	// before this.
-	expires time.Time
+	expires mono
 
 	prev, next *Lease // in the engine's list of leases
-	linked     bool
+	linked     bool   // in that list
 
-	due      time.Time // of the next renewal
-	idx      int       // in the engine's renewal heap; -1 when not in it
-	renewing bool      // a renewal is in flight
-	stopped  bool      // fn returned: no more renewals
+	due      mono // of the next renewal
+	idx      int  // in the engine's renewal heap; -1 when not in it
+	renewing bool // a renewal is in flight
+	stopped  bool // fn returned: no more renewals
 	cancelOp context.CancelFunc
 	idle     chan struct{} // closed when the renewal in flight ends, after a stop
 	lastErr  error         // of the last failed renewal
@@ -63,7 +62,7 @@ func (l *Lease) Fence() int64 { return l.fence }
 func (l *Lease) Expires() time.Time {
 	l.e.mu.Lock()
 	defer l.e.mu.Unlock()
-	return l.expires
+	return l.expires.time()
 }
 
 // Renewals. The engine keeps its running leases in a heap by the time of
@@ -77,7 +76,7 @@ func (l *Lease) Expires() time.Time {
 type renewHeap []*Lease
 
 func (h renewHeap) Len() int           { return len(h) }
-func (h renewHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h renewHeap) Less(i, j int) bool { return h[i].due < h[j].due }
 func (h renewHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].idx, h[j].idx = i, j
@@ -97,33 +96,33 @@ func (h *renewHeap) Pop() any {
 }
 
 // schedule queues l's next renewal at due. e.mu is held.
-func (e *Engine) schedule(l *Lease, due time.Time) {
+func (e *Engine) schedule(l *Lease, due mono) {
 	l.due = due
 	heap.Push(&e.renewals, l)
-	if e.armedAt.IsZero() || due.Before(e.armedAt) {
+	if !e.armed || due < e.armedAt {
 		e.arm(due)
 	}
 }
 
 // arm sets the renewal timer to fire at due. e.mu is held.
-func (e *Engine) arm(due time.Time) {
-	d := time.Until(due)
+func (e *Engine) arm(due mono) {
+	d := due.until()
 	if e.renewTimer == nil {
 		e.renewTimer = time.AfterFunc(d, e.renewDue)
 	} else {
 		e.renewTimer.Reset(d)
 	}
-	e.armedAt = due
+	e.armedAt, e.armed = due, true
 }
 
 // renewDue runs when the renewal timer fires: it starts the renewals due
 // and sets the timer for the next.
 func (e *Engine) renewDue() {
 	e.mu.Lock()
-	e.armedAt = time.Time{}
-	now := time.Now()
+	e.armed = false
+	t := monoNow()
 	var due []*Lease
-	for len(e.renewals) > 0 && !e.renewals[0].due.After(now) {
+	for len(e.renewals) > 0 && e.renewals[0].due <= t {
 		l := heap.Pop(&e.renewals).(*Lease)
 		l.renewing = true
 		due = append(due, l)
@@ -146,8 +145,8 @@ func (e *Engine) renew(l *Lease) {
 		e.mu.Unlock()
 		return
 	}
-	sent := time.Now()
-	if !sent.Before(l.expires) {
+	sent := monoNow()
+	if sent >= l.expires {
 		// Renewals failed until the lease ran out: a lease that ran out
 		// is never renewed.
 		e.lose(l, l.lastErr)
@@ -155,7 +154,7 @@ func (e *Engine) renew(l *Lease) {
 		e.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithDeadline(&l.calls, l.expires)
+	ctx, cancel := context.WithDeadline(l.calls(), l.expires.time())
 	l.cancelOp = cancel
 	e.mu.Unlock()
 
@@ -176,14 +175,14 @@ func (e *Engine) renew(l *Lease) {
 	if err == nil {
 		// The next renewal is due ttl/3 after this one was sent, however
 		// long it took to answer.
-		l.expires, l.lastErr = sent.Add(l.ttl), nil
-		e.schedule(l, sent.Add(l.ttl/3))
+		l.expires, l.lastErr = sent.add(l.ttl), nil
+		e.schedule(l, sent.add(l.ttl/3))
 		return
 	}
 	// Try again soon, but never past the lease's end: the check at the
 	// top then declares it lost.
 	l.lastErr = err
-	e.schedule(l, time.Now().Add(min(max(l.ttl/10, time.Millisecond), time.Until(l.expires))))
+	e.schedule(l, monoNow().add(min(max(l.ttl/10, time.Millisecond), l.expires.until())))
 }
 
 // renewed ends a renewal that schedules no other. e.mu is held.
@@ -199,7 +198,7 @@ func (e *Engine) renewed(l *Lease) {
 func (e *Engine) lose(l *Lease, err error) {
 	if l.lost == nil {
 		l.lost = &LeaseLostError{Key: l.key, Fence: l.fence, Err: err}
-		l.cancel(l.lost)
+		l.hc.cancel(l.lost)
 	}
 }
 
