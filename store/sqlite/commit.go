@@ -3,8 +3,7 @@ package sqlite
 import (
 	"strings"
 	"sync"
-
-	"studio/intent"
+	"time"
 )
 
 // The intent commit's statements, prepared once on the write connection
@@ -59,73 +58,54 @@ var taskInsertSQLs = sync.OnceValue(func() []string {
 	return qs
 })
 
-// cacheEntries bounds each of the store's caches (bindings, tokens).
+// cacheEntries bounds each of the store's caches (bindings, tokens,
+// batch heads).
 const cacheEntries = 1 << 14
 
-// bindingCache remembers bindings this process read or committed. A
-// binding never changes and is never deleted once committed, by this
-// process or any other on the file, so a remembered one is always
-// current: a replay then reads only its batch. Only committed bindings go
-// in (after the commit, or read from the database); a miss reads the
-// database. At most max entries; when full, an arbitrary one makes room.
-type bindingCache struct {
+// cache remembers values that never change once committed, by this
+// process or any other on the file: a request id's binding, a token's
+// actor, a batch's head. A remembered one is so always current. Only
+// committed values go in (after the commit, or read from the database);
+// a miss reads the database. At most max entries; when full, an
+// arbitrary one makes room.
+type cache[K comparable, V any] struct {
 	mu  sync.Mutex
-	m   map[bindingKey]intent.Binding
+	m   map[K]V
 	max int
 }
 
-type bindingKey struct{ actor, requestID string }
-
-func (c *bindingCache) get(actor, requestID string) (intent.Binding, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	b, ok := c.m[bindingKey{actor, requestID}]
-	return b, ok
+func newCache[K comparable, V any](max int) *cache[K, V] {
+	return &cache[K, V]{m: make(map[K]V), max: max}
 }
 
-func (c *bindingCache) add(b intent.Binding) {
+func (c *cache[K, V]) get(k K) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = make(map[bindingKey]intent.Binding)
-	}
-	k := bindingKey{b.Actor, b.RequestID}
+	v, ok := c.m[k]
+	return v, ok
+}
+
+func (c *cache[K, V]) add(k K, v V) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if _, ok := c.m[k]; !ok && len(c.m) >= c.max {
 		for old := range c.m {
 			delete(c.m, old)
 			break
 		}
 	}
-	c.m[k] = b
+	c.m[k] = v
 }
 
-// tokenCache remembers the actor of token hashes found in the database. A
-// token is never deleted nor moved to another actor, so a remembered one
-// stays right; at most max entries.
-type tokenCache struct {
-	mu  sync.Mutex
-	m   map[string]string
-	max int
-}
+// bindingKey names a binding.
+type bindingKey struct{ actor, requestID string }
 
-func (c *tokenCache) get(hash string) (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	a, ok := c.m[hash]
-	return a, ok
-}
-
-func (c *tokenCache) add(hash, actor string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = make(map[string]string)
-	}
-	if _, ok := c.m[hash]; !ok && len(c.m) >= c.max {
-		for old := range c.m {
-			delete(c.m, old)
-			break
-		}
-	}
-	c.m[hash] = actor
+// batchHead is what never changes of a batch: all but its counts, its
+// started flag and its update time. With the head remembered, a batch
+// read reads only those (getCountsSQL): fewer columns, and none of text,
+// which the driver converts and copies one by one.
+type batchHead struct {
+	actor, requestID, prompt string
+	taskCount                int
+	createdAt                time.Time
 }

@@ -10,26 +10,21 @@ import (
 	"studio/intent"
 )
 
-// TestCachesBounded: the binding and token caches keep at most their
-// bound, and what they answer is what was put in.
+// TestCachesBounded: a cache keeps at most its bound, and what it
+// answers is what was put in.
 func TestCachesBounded(t *testing.T) {
 	t.Parallel()
-	bc := bindingCache{max: 8}
-	tc := tokenCache{max: 8}
+	c := newCache[bindingKey, intent.Binding](8)
 	for i := 0; i < 100; i++ {
-		bc.add(intent.Binding{Actor: "a", RequestID: fmt.Sprint(i), ResourceID: fmt.Sprint("r", i)})
-		tc.add(fmt.Sprint("h", i), fmt.Sprint("actor", i))
+		c.add(bindingKey{"a", fmt.Sprint(i)}, intent.Binding{Actor: "a", RequestID: fmt.Sprint(i), ResourceID: fmt.Sprint("r", i)})
 	}
-	if len(bc.m) != 8 || len(tc.m) != 8 {
-		t.Fatalf("sizes %d, %d; want 8 each", len(bc.m), len(tc.m))
+	if len(c.m) != 8 {
+		t.Fatalf("size %d, want 8", len(c.m))
 	}
-	if b, ok := bc.get("a", "99"); !ok || b.ResourceID != "r99" {
+	if b, ok := c.get(bindingKey{"a", "99"}); !ok || b.ResourceID != "r99" {
 		t.Errorf("the last binding added: %+v, %v", b, ok)
 	}
-	if a, ok := tc.get("h99"); !ok || a != "actor99" {
-		t.Errorf("the last token added: %q, %v", a, ok)
-	}
-	for k, b := range bc.m {
+	for k, b := range c.m {
 		if b.RequestID != k.requestID || b.ResourceID != "r"+k.requestID {
 			t.Errorf("entry %v holds %+v", k, b)
 		}

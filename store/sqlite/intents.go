@@ -16,12 +16,12 @@ var _ store.Store = (*Store)(nil)
 // LookupIntent is the plain read of a binding, outside any transaction.
 // A binding found once is remembered (it never changes).
 func (s *Store) LookupIntent(ctx context.Context, actor, requestID string) (intent.Binding, error) {
-	if b, ok := s.bindings.get(actor, requestID); ok {
+	if b, ok := s.bindings.get(bindingKey{actor, requestID}); ok {
 		return b, nil
 	}
 	b, err := lookupIntent(pointRead(ctx), s.reads.lookupIntent, actor, requestID)
 	if err == nil {
-		s.bindings.add(b)
+		s.bindings.add(bindingKey{actor, requestID}, b)
 	}
 	return b, err
 }
@@ -108,13 +108,17 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 		if found.Operation != b.Operation || found.Fingerprint != b.Fingerprint {
 			return intent.Binding{}, false, &intent.Error{Code: intent.EConflict, Message: intent.ConflictMessage}
 		}
-		s.bindings.add(found)
+		s.bindings.add(bindingKey{found.Actor, found.RequestID}, found)
 		return found, false, nil
 	}
 	// As stored (milliseconds), so this process's look-ups answer what
 	// another process or a restart reads.
 	b.CreatedAt = fromMS(now)
-	s.bindings.add(b)
+	s.bindings.add(bindingKey{b.Actor, b.RequestID}, b)
+	if nb := in.Batch; nb != nil {
+		s.heads.add(nb.ID, batchHead{actor: b.Actor, requestID: b.RequestID, prompt: nb.Prompt,
+			taskCount: len(nb.Tasks), createdAt: fromMS(ms(nb.CreatedAt))})
+	}
 	return b, true, nil
 }
 
@@ -163,14 +167,30 @@ func scanBatch(r scanner) (intent.Batch, error) {
 	return b, nil
 }
 
-// GetBatch reads one of the actor's batches.
+// GetBatch reads one of the actor's batches. Once its head is
+// remembered, it reads only what moves.
 func (s *Store) GetBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
+	if h, ok := s.heads.get(id); ok && h.actor == actor {
+		b := intent.Batch{ID: id, Actor: actor, RequestID: h.requestID, Prompt: h.prompt, TaskCount: h.taskCount, CreatedAt: h.createdAt}
+		var q, ru, su, fa, ca, started, updated int64
+		if err := s.reads.getCounts.QueryRowContext(pointRead(ctx), id, actor).Scan(&q, &ru, &su, &fa, &ca, &started, &updated); err != nil {
+			return intent.Batch{}, interpret(err)
+		}
+		b.Counts = intent.Counts{Queued: int(q), Running: int(ru), Succeeded: int(su), Failed: int(fa), Canceled: int(ca)}
+		b.State = b.Counts.State(started != 0)
+		b.UpdatedAt = fromMS(updated)
+		return b, nil
+	}
 	b, err := scanBatch(s.reads.getBatch.QueryRowContext(pointRead(ctx), id, actor))
 	if err != nil {
 		return intent.Batch{}, interpret(err)
 	}
+	s.heads.add(id, batchHead{actor: b.Actor, requestID: b.RequestID, prompt: b.Prompt, taskCount: b.TaskCount, createdAt: b.CreatedAt})
 	return b, nil
 }
+
+// getCountsSQL reads what moves of a batch (see batchHead).
+const getCountsSQL = `SELECT queued, running, succeeded, failed, canceled, started, updated_at FROM batches WHERE id = ? AND actor = ?`
 
 const getBatchSQL = `SELECT ` + batchColumns + ` FROM batches WHERE id = ? AND actor = ?`
 
@@ -371,7 +391,7 @@ func (s *Store) CreateTokenIfNone(ctx context.Context, actor, tokenHash string) 
 // needed): a replay is a token, a binding and a batch read, and parsing
 // their SQL each time was half of their cost.
 type readStmts struct {
-	lookupIntent, getBatch, actorForToken *sql.Stmt
+	lookupIntent, getBatch, getCounts, actorForToken *sql.Stmt
 }
 
 func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
@@ -381,6 +401,7 @@ func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 	}{
 		{&r.lookupIntent, lookupIntentSQL},
 		{&r.getBatch, getBatchSQL},
+		{&r.getCounts, getCountsSQL},
 		{&r.actorForToken, `SELECT actor FROM tokens WHERE hash = ?`},
 	} {
 		st, err := db.PrepareContext(ctx, p.query)
@@ -394,7 +415,7 @@ func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 
 func (r *readStmts) close() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{r.lookupIntent, r.getBatch, r.actorForToken} {
+	for _, st := range []*sql.Stmt{r.lookupIntent, r.getBatch, r.getCounts, r.actorForToken} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}

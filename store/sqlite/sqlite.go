@@ -70,8 +70,9 @@ type Store struct {
 	writeStmts driverStmts
 	// bindings and tokens remember what never changes once written: a
 	// request id's binding, a token's actor (commit.go).
-	bindings bindingCache
-	tokens   tokenCache
+	bindings *cache[bindingKey, intent.Binding]
+	tokens   *cache[string, string] // token hash -> actor
+	heads    *cache[string, batchHead]
 	// changes wakes this process's readers of batch changes (WatchBatch).
 	changes store.ChangeSignal
 }
@@ -129,7 +130,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	write.SetConnMaxIdleTime(0)
 	write.SetConnMaxLifetime(0)
 	s := &Store{write: write, now: cfg.Now, path: cfg.Path,
-		bindings: bindingCache{max: cacheEntries}, tokens: tokenCache{max: cacheEntries}}
+		bindings: newCache[bindingKey, intent.Binding](cacheEntries), tokens: newCache[string, string](cacheEntries),
+		heads: newCache[string, batchHead](cacheEntries)}
 	if err := s.migrate(ctx); err != nil {
 		write.Close()
 		return nil, err
