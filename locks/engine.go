@@ -89,9 +89,24 @@ func New(store Store, opts ...Option) *Engine {
 func (e *Engine) released(slot bool, key string) {
 	e.mu.Lock()
 	if q := e.queues[space(slot)][key]; q != nil {
+		if q.asking {
+			q.missed = true
+		}
 		q.wakeFront()
 	}
 	e.mu.Unlock()
+}
+
+// lookAgainLocked wakes w, now first in line after an ask found the key
+// held, if a release was announced during the ask. e.mu is held.
+func (q *queue) lookAgainLocked(w *waiter) {
+	if q.missed {
+		q.missed = false
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Hold waits until key is free (or ctx ends, or the Wait option runs out),
@@ -204,6 +219,11 @@ type queue struct {
 	waiters list.List // of *waiter
 	held    int
 	asking  bool
+	// missed: another process announced a release of the key while this
+	// engine was asking the store for it. The ask may have been answered
+	// before the release, and its asker was in no line to wake: once it
+	// waits, it looks again at once instead of at its next poll.
+	missed bool
 }
 
 func (q *queue) idle() bool { return q.held == 0 && q.waiters.Len() == 0 && !q.asking }
@@ -316,7 +336,7 @@ func (e *Engine) enter(l *Lease) (*waiter, error) {
 	}
 	l.q = q
 	if q.waiters.Len() == 0 && !q.asking && q.held < l.t.capacity() {
-		q.asking = true
+		q.asking, q.missed = true, false
 		return nil, nil
 	}
 	w := &waiter{wake: make(chan struct{}, 1)}
@@ -402,7 +422,7 @@ func (e *Engine) wait(l *Lease, w *waiter, s settings, askNow bool) error {
 				if ok || err != nil || s.wait == 0 {
 					return e.settle(l, w, ok, err)
 				}
-				e.endTurn(l.q)
+				e.endTurn(l.q, w)
 				// Held elsewhere: nothing here will say when it is free.
 				p.later()
 			} else if s.wait == 0 {
@@ -469,6 +489,7 @@ func (e *Engine) waitAtFront(q *queue) *waiter {
 	q.asking = false
 	w := &waiter{wake: make(chan struct{}, 1)}
 	w.elem = q.waiters.PushFront(w)
+	q.lookAgainLocked(w)
 	return w
 }
 
@@ -481,15 +502,16 @@ func (e *Engine) takeTurn(l *Lease, w *waiter) bool {
 	if q.waiters.Front() != w.elem || q.asking || q.held >= l.t.capacity() {
 		return false
 	}
-	q.asking = true
+	q.asking, q.missed = true, false
 	return true
 }
 
-// endTurn ends a turn that found the key held elsewhere; the caller stays
-// first in line.
-func (e *Engine) endTurn(q *queue) {
+// endTurn ends w's turn that found the key held elsewhere; w stays first
+// in line.
+func (e *Engine) endTurn(q *queue, w *waiter) {
 	e.mu.Lock()
 	q.asking = false
+	q.lookAgainLocked(w)
 	e.mu.Unlock()
 }
 
@@ -539,7 +561,7 @@ func (e *Engine) settle(l *Lease, w *waiter, ok bool, err error) error {
 	var gone error
 	e.mu.Lock()
 	q := l.q
-	q.asking = false
+	q.asking, q.missed = false, false
 	if w != nil {
 		q.waiters.Remove(w.elem)
 	}
