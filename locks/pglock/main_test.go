@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,4 +66,28 @@ func execSQL(t testing.TB, dsn, sql string) {
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
+}
+
+// TestRefusesStricterIsolation: sessions that default to repeatable read
+// (here through the URL, as a role's or database's setting would) are
+// refused at once, with a message naming the setting; read committed
+// passes.
+func TestRefusesStricterIsolation(t *testing.T) {
+	t.Parallel()
+	dsn := withSearchPath(t, testURL(t), testSchema(t))
+	for _, iso := range []string{"repeatable read", "serializable"} {
+		s, err := Open(context.Background(), dsn+"&default_transaction_isolation="+strings.ReplaceAll(iso, " ", "%20"))
+		if err == nil {
+			s.Close()
+			t.Fatalf("%s: opened", iso)
+		}
+		if !strings.Contains(err.Error(), "default_transaction_isolation") || !strings.Contains(err.Error(), iso) {
+			t.Errorf("%s: %v", iso, err)
+		}
+	}
+	s, err := Open(context.Background(), dsn+"&default_transaction_isolation=read%20committed")
+	if err != nil {
+		t.Fatalf("read committed: %v", err)
+	}
+	s.Close()
 }

@@ -72,6 +72,17 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	for _, o := range opts {
 		o(s)
 	}
+	// Each acquisition is one implicit transaction whose count must see
+	// what the previous holder of the key's advisory lock committed: only
+	// READ COMMITTED does. Under a stricter default a semaphore could
+	// admit more than its limit.
+	var iso string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('default_transaction_isolation')`).Scan(&iso); err != nil {
+		return nil, fmt.Errorf("pglock: %w", err)
+	}
+	if iso != "read committed" {
+		return nil, fmt.Errorf("pglock: the sessions' default isolation is %q; pglock needs %q, the server's default (see default_transaction_isolation of the role or database)", iso, "read committed")
+	}
 	if err := s.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("pglock: %w", err)
 	}
