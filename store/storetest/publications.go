@@ -358,14 +358,20 @@ func testItemExpiry(t *testing.T, h Harness) {
 	batch, assets := BatchWithAssets(t, s, "alice", "gen", 1)
 	in := PublicationIntent(t, "alice", "pub", "fp", batch, assets, intent.ChannelGallery)
 	mustCreate(t, s, in)
+	// Claimed and renewed under a long lease (a loaded machine may take
+	// longer than a short one between the calls), then renewed once more
+	// under a short one that runs out.
 	ttl := 300 * time.Millisecond
-	old := claimItems(t, ps, "w1", 1, ttl)[0]
-	res, err := ps.RenewItemLeases(ctx(t), store.ItemRenewParams{Owner: "w1", Leases: []store.ItemLease{old.ItemLease}, TTL: ttl})
+	old := claimItems(t, ps, "w1", 1, longTTL)[0]
+	res, err := ps.RenewItemLeases(ctx(t), store.ItemRenewParams{Owner: "w1", Leases: []store.ItemLease{old.ItemLease}, TTL: longTTL})
 	if err != nil || len(res.Lost) != 0 || !res.ExpiresAt.After(old.ExpiresAt.Add(-time.Millisecond)) {
 		t.Fatalf("renew of a live lease: %+v, %v", res, err)
 	}
-	if res, err := ps.RenewItemLeases(ctx(t), store.ItemRenewParams{Owner: "w2", Leases: []store.ItemLease{old.ItemLease}, TTL: ttl}); err != nil || len(res.Lost) != 1 {
+	if res, err := ps.RenewItemLeases(ctx(t), store.ItemRenewParams{Owner: "w2", Leases: []store.ItemLease{old.ItemLease}, TTL: longTTL}); err != nil || len(res.Lost) != 1 {
 		t.Fatalf("renew by another owner: %+v, %v", res, err)
+	}
+	if res, err := ps.RenewItemLeases(ctx(t), store.ItemRenewParams{Owner: "w1", Leases: []store.ItemLease{old.ItemLease}, TTL: ttl}); err != nil || len(res.Lost) != 0 {
+		t.Fatalf("renew under a short lease: %+v, %v", res, err)
 	}
 	sleepPast(ttl)
 	cur := claimItemUntil(t, ps, "w2", old.ItemID, store.ClaimParams{TTL: longTTL})

@@ -208,10 +208,16 @@ func testOldFence(t *testing.T, h Harness) {
 	s := h.New(t)
 	in := Intent(t, "alice", "req", "fp", 1)
 	mustCreate(t, s, in)
+	// Claimed under a long lease (a loaded machine may take longer than
+	// a short one between the calls), then renewed under a short one
+	// that runs out.
 	ttl := 500 * time.Millisecond
-	old := claim(t, s, "w1", 1, ttl)[0]
+	old := claim(t, s, "w1", 1, longTTL)[0]
 	if err := saveStep(t, s, old.Lease, "submitted", "ref-1"); err != nil {
 		t.Fatalf("SaveSteps with the live fence: %v", err)
+	}
+	if rr, err := s.RenewLeases(ctx(t), store.RenewParams{Owner: "w1", Leases: []store.Lease{old.Lease}, TTL: ttl}); err != nil || len(rr.Lost) != 0 {
+		t.Fatalf("renew under a short lease: %+v, %v", rr, err)
 	}
 	sleepPast(ttl)
 	cur := claimUntil(t, s, "w2", old.TaskID, store.ClaimParams{TTL: longTTL})
