@@ -115,10 +115,28 @@ func (s *ChangeSignal) Notify(batchIDs ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range batchIDs {
-		if w := s.w[id]; w != nil {
-			close(w.ch)
-			delete(s.w, id)
-			s.waiting.Add(-int64(w.n))
-		}
+		s.wakeLocked(id)
+	}
+}
+
+// NotifyMoved is Notify of the batches whose counts d moves: a commit's
+// deltas. With nobody waiting it costs one atomic load.
+func (s *ChangeSignal) NotifyMoved(d CountDeltas) {
+	if s.waiting.Load() == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range d {
+		s.wakeLocked(id)
+	}
+}
+
+// wakeLocked wakes the waiters of one batch. s.mu is held.
+func (s *ChangeSignal) wakeLocked(id string) {
+	if w := s.w[id]; w != nil {
+		close(w.ch)
+		delete(s.w, id)
+		s.waiting.Add(-int64(w.n))
 	}
 }

@@ -16,7 +16,7 @@ func TestChangeSignal(t *testing.T) {
 	a1, ra1 := s.Wait("a")
 	a2, ra2 := s.Wait("a")
 	b, rb := s.Wait("b")
-	s.Notify("a", "c")
+	s.NotifyMoved(CountDeltas{"a": {}, "c": {}})
 	for i, ch := range []<-chan struct{}{a1, a2} {
 		select {
 		case <-ch:

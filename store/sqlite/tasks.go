@@ -192,7 +192,7 @@ func (t *taskTx) commit(ctx context.Context) error {
 		return err
 	}
 	// Every task whose state moved moved its batch's counts.
-	t.s.changes.Notify(t.deltas.IDs()...)
+	t.s.changes.NotifyMoved(t.deltas)
 	return nil
 }
 
