@@ -705,3 +705,30 @@ func testKeySpacesApart(t *testing.T, f *Fixture) {
 		t.Fatal("holders could not release")
 	}
 }
+
+// TakenBefore checks a store opened on tables where owner took key (a
+// plain lock, with fence first) before this store was opened, as another
+// program or an older one would have: the key shows that holder, and once
+// it is released an engine on the store takes the key under a higher
+// fence.
+func TakenBefore(t *testing.T, s locks.Store, key, owner string, first int64) {
+	t.Helper()
+	ctx := t.Context()
+	e := locks.New(s)
+	defer e.Close()
+	info, err := e.Inspect(ctx, key)
+	if err != nil || len(info.Holders) != 1 || info.Holders[0].Fence != first {
+		t.Fatalf("the lock taken before: %+v, %v", info, err)
+	}
+	if ok, err := s.Release(ctx, key, owner); !ok || err != nil {
+		t.Fatalf("release the lock taken before: %v, %v", ok, err)
+	}
+	if err := e.Hold(ctx, key, func(_ context.Context, l *locks.Lease) error {
+		if l.Fence() <= first {
+			t.Errorf("fence %d after %d", l.Fence(), first)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

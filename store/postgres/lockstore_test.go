@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"studio/locks"
+	"studio/locks/lockstest"
 	"studio/locks/pglock"
 	"studio/store/postgres/pgtest"
 )
@@ -92,21 +93,5 @@ func TestMigratesAfterLockPackage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ls2.Close() })
-	e := locks.New(ls2)
-	t.Cleanup(func() { e.Close() })
-	info, err := e.Inspect(ctx, "k")
-	if err != nil || len(info.Holders) != 1 || info.Holders[0].Fence != first {
-		t.Fatalf("the lock taken before studio: %+v, %v", info, err)
-	}
-	if ok, err := ls2.Release(ctx, "k", "owner-1"); !ok || err != nil {
-		t.Fatalf("release the lock taken before studio: %v, %v", ok, err)
-	}
-	if err := e.Hold(ctx, "k", func(_ context.Context, l *locks.Lease) error {
-		if l.Fence() <= first {
-			t.Errorf("fence %d after %d", l.Fence(), first)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	lockstest.TakenBefore(t, ls2, "k", "owner-1", first)
 }
