@@ -20,7 +20,7 @@ func NewBenchFloors(s *Store) BenchFloors { return BenchFloors{s: s} }
 // with a bare insert of the binding instead of the store's check.
 func (f BenchFloors) Commit(ctx context.Context, in intent.NewIntent) error {
 	bd := in.Binding
-	return inWriteTx(ctx, f.s.write, &f.s.writeStmts, func(tx *writeTx) error {
+	return inWriteTx(ctx, f.s.write, func(tx *writeTx) error {
 		if _, err := tx.exec(insertIntentSQL, bd.Actor, bd.RequestID, bd.Operation, bd.Fingerprint, bd.ResourceID, bd.CreatedAt.UnixMilli()); err != nil {
 			return err
 		}

@@ -74,7 +74,7 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 	now := ms(b.CreatedAt)
 	var found intent.Binding
 	created := false
-	err := inWriteTx(ctx, s.write, &s.writeStmts, func(tx *writeTx) error {
+	err := inWriteTx(ctx, s.write, func(tx *writeTx) error {
 		// The check inside the transaction: the guarantee. The write lock
 		// is held from BEGIN IMMEDIATE on, so no other writer can bind the
 		// id between this insert and the rest of the tree. The insert is

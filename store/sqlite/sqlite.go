@@ -65,9 +65,6 @@ type Store struct {
 	reads readStmts
 	// applied names the migrations Open applied.
 	applied []string
-	// writeStmts are CreateIntent's statements on the write connection,
-	// prepared at first use (writetx.go).
-	writeStmts driverStmts
 	// bindings and tokens remember what never changes once written: a
 	// request id's binding, a token's actor (commit.go).
 	bindings *cache[bindingKey, intent.Binding]
@@ -121,10 +118,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		return "file:" + cfg.Path + "?" + q.Encode()
 	}
-	write, err := sql.Open("sqlite", dsn()+"&_txlock=immediate")
-	if err != nil {
-		return nil, fmt.Errorf("open sqlite: %w", err)
-	}
+	// The pools' connections are conns (writetx.go): what inWriteTx
+	// prepares on the write one lives and goes with it.
+	write := openDB(dsn() + "&_txlock=immediate")
 	write.SetMaxOpenConns(1)
 	write.SetMaxIdleConns(1)
 	write.SetConnMaxIdleTime(0)
@@ -136,11 +132,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		write.Close()
 		return nil, err
 	}
-	read, err := sql.Open("sqlite", dsn("query_only(1)"))
-	if err != nil {
-		write.Close()
-		return nil, fmt.Errorf("open sqlite: %w", err)
-	}
+	read := openDB(dsn("query_only(1)"))
 	read.SetMaxOpenConns(cfg.ReadConns)
 	read.SetMaxIdleConns(cfg.ReadConns)
 	s.read = read
@@ -153,7 +145,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 
 // Close closes both pools.
 func (s *Store) Close() error {
-	errs := []error{s.reads.close(), s.writeStmts.close(s.write)}
+	errs := []error{s.reads.close()}
 	if s.read != nil {
 		errs = append(errs, s.read.Close())
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 )
 
 // The intent commit runs on the write connection at the driver's level,
@@ -16,95 +15,120 @@ import (
 // a context per transaction (Tx.awaitDone), BEGIN and COMMIT parsed again
 // each time, and, for a context that can end (every request's), one
 // watcher goroutine per statement execution. Here the transaction's
-// statements are prepared once per connection and kept, BEGIN IMMEDIATE
-// is the only step that watches the caller's context (its wait for the
-// write lock is the only one that can be long), and the statements after
-// it run to the end: the transaction is short, and all of it or none of
-// it commits either way.
+// statements are prepared once per connection and kept on it (conn),
+// BEGIN IMMEDIATE is the only step that watches the caller's context (its
+// wait for the write lock is the only one that can be long), and the
+// statements after it run to the end: the transaction is short, and all
+// of it or none of it commits either way.
 
-// driverStmts are the write connection's statements, prepared at their
-// first use and kept by their text for as long as that connection lives.
-type driverStmts struct {
-	mu    sync.Mutex
-	conn  any // the driver connection the statements belong to
-	stmts map[string]driver.Stmt
-}
-
-// on answers the statements of conn, forgetting those of a connection
-// database/sql has replaced (they went with it).
-func (d *driverStmts) on(conn any) map[string]driver.Stmt {
-	if d.conn != conn || d.stmts == nil {
-		d.conn, d.stmts = conn, map[string]driver.Stmt{}
-	}
-	return d.stmts
-}
-
-// close finalizes the statements on their connection (the write pool's
-// one, which must be idle).
-func (d *driverStmts) close(db *sql.DB) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.stmts) == 0 {
-		return nil
-	}
-	c, err := db.Conn(context.Background())
+// sqliteDriver is the driver registered as "sqlite".
+var sqliteDriver = func() driver.Driver {
+	db, err := sql.Open("sqlite", "")
 	if err != nil {
-		return err
+		panic("sqlite: the driver is not registered: " + err.Error())
 	}
-	defer c.Close()
-	return c.Raw(func(conn any) error {
-		var errs []error
-		if conn == d.conn {
-			for _, st := range d.stmts {
-				errs = append(errs, st.Close())
-			}
-		}
-		d.conn, d.stmts = nil, nil
-		return errors.Join(errs...)
-	})
+	defer db.Close()
+	return db.Driver()
+}()
+
+// openDB opens a pool on dsn whose connections are conns.
+func openDB(dsn string) *sql.DB { return sql.OpenDB(connector{dsn}) }
+
+type connector struct{ dsn string }
+
+func (c connector) Connect(context.Context) (driver.Conn, error) {
+	dc, err := sqliteDriver.Open(c.dsn)
+	if err != nil {
+		return nil, err
+	}
+	return &conn{Conn: dc, stmts: map[string]driver.Stmt{}}, nil
 }
+
+func (c connector) Driver() driver.Driver { return sqliteDriver }
+
+// conn is the driver's connection with the statements prepared on it
+// below database/sql (inWriteTx), kept by their text while it lives and
+// finalized when database/sql closes it (a statement left unfinalized
+// would keep the closed connection, its file descriptors and any
+// transaction it had open, alive in SQLite). The methods database/sql
+// looks for pass through.
+type conn struct {
+	driver.Conn
+	stmts map[string]driver.Stmt // only used under database/sql's hold of the connection
+}
+
+func (c *conn) Close() error {
+	var errs []error
+	for q, st := range c.stmts {
+		errs = append(errs, st.Close())
+		delete(c.stmts, q)
+	}
+	return errors.Join(append(errs, c.Conn.Close())...)
+}
+
+func (c *conn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	return c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
+}
+
+func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+}
+
+func (c *conn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
+}
+
+func (c *conn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
+}
+
+func (c *conn) Ping(ctx context.Context) error { return c.Conn.(driver.Pinger).Ping(ctx) }
+
+func (c *conn) ResetSession(ctx context.Context) error {
+	return c.Conn.(driver.SessionResetter).ResetSession(ctx)
+}
+
+func (c *conn) IsValid() bool { return c.Conn.(driver.Validator).IsValid() }
 
 // writeTx is one IMMEDIATE transaction on the write connection.
 type writeTx struct {
-	ctx   context.Context // the caller's, without its cancellation
-	conn  any
-	stmts map[string]driver.Stmt
-	args  []driver.NamedValue
+	ctx  context.Context // the caller's, without its cancellation
+	c    *conn
+	args []driver.NamedValue
 }
 
 // inWriteTx runs f in one IMMEDIATE transaction on the write connection
-// with the statements of d, and commits what f did unless f fails (or
-// panics): then it rolls all of it back.
-func inWriteTx(ctx context.Context, db *sql.DB, d *driverStmts, f func(*writeTx) error) error {
+// and commits what f did unless f fails (or panics): then it rolls all of
+// it back. When the connection's state is in doubt it is given back as
+// bad, and database/sql closes it: closing a connection ends its
+// transaction.
+func inWriteTx(ctx context.Context, db *sql.DB, f func(*writeTx) error) error {
 	c, err := db.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return c.Raw(func(conn any) (err error) {
-		t := &writeTx{ctx: context.WithoutCancel(ctx), conn: conn, stmts: d.on(conn)}
+	return c.Raw(func(dc any) (err error) {
+		t := &writeTx{ctx: context.WithoutCancel(ctx), c: dc.(*conn)}
 		st, err := t.stmt("BEGIN IMMEDIATE")
 		if err != nil {
 			return err
 		}
 		// The wait for the write lock (busy_timeout) ends with ctx.
 		if _, err := st.(driver.StmtExecContext).ExecContext(ctx, nil); err != nil {
+			if ctx.Err() != nil {
+				// The driver answers the context's end even for a BEGIN
+				// that took effect: the connection may hold the lock.
+				return errors.Join(fmt.Errorf("begin: %w", err), driver.ErrBadConn)
+			}
 			return fmt.Errorf("begin: %w", err)
 		}
 		done := false
 		defer func() {
 			if !done {
 				if _, rerr := t.exec("ROLLBACK"); rerr != nil {
-					// The connection's state is unknown (a failed COMMIT
-					// may have ended the transaction, or not): its
-					// statements are finalized and database/sql drops it
-					// and opens another.
-					for q, st := range t.stmts {
-						st.Close()
-						delete(t.stmts, q)
-					}
+					// A failed COMMIT may have ended the transaction, or
+					// not: the connection goes.
 					err = errors.Join(err, fmt.Errorf("rollback: %w", rerr), driver.ErrBadConn)
 				}
 			}
@@ -122,14 +146,14 @@ func inWriteTx(ctx context.Context, db *sql.DB, d *driverStmts, f func(*writeTx)
 
 // stmt answers the prepared statement of q, preparing it at first use.
 func (t *writeTx) stmt(q string) (driver.Stmt, error) {
-	if st := t.stmts[q]; st != nil {
+	if st := t.c.stmts[q]; st != nil {
 		return st, nil
 	}
-	st, err := t.conn.(driver.ConnPrepareContext).PrepareContext(t.ctx, q)
+	st, err := t.c.PrepareContext(t.ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("prepare: %w", err)
 	}
-	t.stmts[q] = st
+	t.c.stmts[q] = st
 	return st, nil
 }
 
