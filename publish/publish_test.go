@@ -417,7 +417,9 @@ func TestRunnerRenewsLongItems(t *testing.T) {
 	batch, assets := e.batch("gen", 1)
 	pub := e.publication("pub", batch, assets, intent.ChannelGallery)
 	ch := newBlocking()
-	ttl := 600 * time.Millisecond
+	// Long enough that a renewal (due at ttl/3) late by a loaded machine's
+	// scheduling still lands in time; the claims below run for 4 ttl.
+	ttl := 1500 * time.Millisecond
 	e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelGallery: ch}, LeaseTTL: ttl})
 	<-ch.started
 	// Another claimer finds nothing to take the whole time.

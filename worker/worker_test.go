@@ -172,7 +172,9 @@ func TestStaleWorkerRecordsNothing(t *testing.T) {
 		return nil
 	})
 	nb := e.batch(spec{frames: 4})
-	ttl := 500 * time.Millisecond
+	// Long enough that A's renewals (due at ttl/3) stay in time on a
+	// loaded machine until A is frozen; B waits it out once.
+	ttl := 1500 * time.Millisecond
 	a := e.pool(worker.Config{Store: spyA, Generators: gens{"sketch": pa}, Concurrency: 4, LeaseTTL: ttl})
 	var wake sync.Once
 	wakeA := func() { wake.Do(func() { spyA.unfreeze(); close(gate) }) }
