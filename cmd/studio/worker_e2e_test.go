@@ -354,9 +354,7 @@ func TestWorkersRetries(t *testing.T) {
 func TestWorkerKilledMidBatch(t *testing.T) {
 	t.Parallel()
 	f := newFarm(t)
-	// 120 tasks of 300 ms on 8 slots: about 4.5 s in which to see some
-	// done and some running, however slowly the batch is polled.
-	b := f.generate(f.c, workGeneration("crash", 2, 30, nil, map[string]any{"delay_ms": 300}))
+	b := f.generate(f.c, workGeneration("crash", 2, 30, nil, map[string]any{"delay_ms": 100}))
 	if b.TaskCount != 120 {
 		t.Fatalf("task_count %d", b.TaskCount)
 	}
