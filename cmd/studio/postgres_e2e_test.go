@@ -281,13 +281,20 @@ func TestPostgresWorkersDrainOneKilled(t *testing.T) {
 	}
 	waitFor(t, 3*time.Minute, "60 tasks done before the kill", func() bool { return succeeded() >= 60 })
 	// Kill the first worker while it holds leases, so that there is work to
-	// take over (the others may have claimed ahead of it).
+	// take over (the others may have claimed ahead of it). It is stopped
+	// (SIGSTOP) before its leases are counted, so that it cannot end them
+	// between the count and the kill; a stopped worker holding none is let
+	// go on and looked at again.
 	owner := workerOwner(t, workers[0])
 	waitFor(t, 3*time.Minute, "the first worker to hold a lease", func() bool {
+		workers[0].signal(syscall.SIGSTOP)
 		var held int
 		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM tasks WHERE batch_id = $1 AND state = 'running' AND lease_owner = $2`,
 			b.ID, owner).Scan(&held); err != nil {
 			t.Fatal(err)
+		}
+		if held == 0 {
+			workers[0].signal(syscall.SIGCONT)
 		}
 		return held > 0
 	})
