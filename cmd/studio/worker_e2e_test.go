@@ -359,8 +359,16 @@ func TestWorkerKilledMidBatch(t *testing.T) {
 		t.Fatalf("task_count %d", b.TaskCount)
 	}
 	w := f.worker("--concurrency", "8", "--lease-ttl", "1s")
-	f.waitBatch(f.c, b.ID, 2*time.Minute, "tasks done and running before the kill", func(b fullBatch) bool {
-		return b.Counts.Succeeded >= 16 && b.Counts.Running > 0
+	// The worker is stopped (SIGSTOP) before the batch is read, so that
+	// the tasks seen running are still running when the kill lands; a
+	// look that finds too few is followed by SIGCONT and another.
+	pollFor(t, 2*time.Minute, "tasks done and running before the kill", func() bool {
+		w.signal(syscall.SIGSTOP)
+		if cur := f.batch(f.c, b.ID); cur.Counts.Succeeded >= 16 && cur.Counts.Running > 0 {
+			return true
+		}
+		w.signal(syscall.SIGCONT)
+		return false
 	})
 	w.signal(syscall.SIGKILL)
 	w.wait(30 * time.Second)
