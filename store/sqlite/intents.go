@@ -147,7 +147,13 @@ func insertBatch(tx *writeTx, b intent.Binding, nb *intent.NewBatch) error {
 	return nil
 }
 
-const batchColumns = `id, actor, request_id, prompt, task_count, queued, running, succeeded, failed, canceled, started, created_at, updated_at`
+// movingColumns are what moves of a batch (its counts, whether it
+// started, its update time), the tail of batchColumns; scanMoving reads
+// them.
+const (
+	movingColumns = `queued, running, succeeded, failed, canceled, started, updated_at`
+	batchColumns  = `id, actor, request_id, prompt, task_count, created_at, ` + movingColumns
+)
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -155,16 +161,28 @@ func scanBatch(r scanner) (intent.Batch, error) {
 	var b intent.Batch
 	// Integers scan into int64: database/sql converts an int64 column into
 	// an int by formatting and parsing it again.
-	var n, q, ru, su, fa, ca, started, created, updated int64
-	if err := r.Scan(&b.ID, &b.Actor, &b.RequestID, &b.Prompt, &n,
-		&q, &ru, &su, &fa, &ca, &started, &created, &updated); err != nil {
+	var n, created int64
+	var m moving
+	if err := r.Scan(append([]any{&b.ID, &b.Actor, &b.RequestID, &b.Prompt, &n, &created}, m.dest()...)...); err != nil {
 		return intent.Batch{}, err
 	}
 	b.TaskCount = int(n)
-	b.Counts = intent.Counts{Queued: int(q), Running: int(ru), Succeeded: int(su), Failed: int(fa), Canceled: int(ca)}
-	b.State = b.Counts.State(started != 0)
-	b.CreatedAt, b.UpdatedAt = fromMS(created), fromMS(updated)
+	b.CreatedAt = fromMS(created)
+	m.apply(&b)
 	return b, nil
+}
+
+// moving holds movingColumns as scanned.
+type moving struct{ q, ru, su, fa, ca, started, updated int64 }
+
+func (m *moving) dest() []any {
+	return []any{&m.q, &m.ru, &m.su, &m.fa, &m.ca, &m.started, &m.updated}
+}
+
+func (m moving) apply(b *intent.Batch) {
+	b.Counts = intent.Counts{Queued: int(m.q), Running: int(m.ru), Succeeded: int(m.su), Failed: int(m.fa), Canceled: int(m.ca)}
+	b.State = b.Counts.State(m.started != 0)
+	b.UpdatedAt = fromMS(m.updated)
 }
 
 // GetBatch reads one of the actor's batches. Once its head is
@@ -172,13 +190,11 @@ func scanBatch(r scanner) (intent.Batch, error) {
 func (s *Store) GetBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
 	if h, ok := s.heads.get(id); ok && h.actor == actor {
 		b := intent.Batch{ID: id, Actor: actor, RequestID: h.requestID, Prompt: h.prompt, TaskCount: h.taskCount, CreatedAt: h.createdAt}
-		var q, ru, su, fa, ca, started, updated int64
-		if err := s.reads.getCounts.QueryRowContext(pointRead(ctx), id, actor).Scan(&q, &ru, &su, &fa, &ca, &started, &updated); err != nil {
+		var m moving
+		if err := s.reads.getCounts.QueryRowContext(pointRead(ctx), id, actor).Scan(m.dest()...); err != nil {
 			return intent.Batch{}, interpret(err)
 		}
-		b.Counts = intent.Counts{Queued: int(q), Running: int(ru), Succeeded: int(su), Failed: int(fa), Canceled: int(ca)}
-		b.State = b.Counts.State(started != 0)
-		b.UpdatedAt = fromMS(updated)
+		m.apply(&b)
 		return b, nil
 	}
 	b, err := scanBatch(s.reads.getBatch.QueryRowContext(pointRead(ctx), id, actor))
@@ -190,7 +206,7 @@ func (s *Store) GetBatch(ctx context.Context, actor, id string) (intent.Batch, e
 }
 
 // getCountsSQL reads what moves of a batch (see batchHead).
-const getCountsSQL = `SELECT queued, running, succeeded, failed, canceled, started, updated_at FROM batches WHERE id = ? AND actor = ?`
+const getCountsSQL = `SELECT ` + movingColumns + ` FROM batches WHERE id = ? AND actor = ?`
 
 const getBatchSQL = `SELECT ` + batchColumns + ` FROM batches WHERE id = ? AND actor = ?`
 

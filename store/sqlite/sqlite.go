@@ -65,8 +65,9 @@ type Store struct {
 	reads readStmts
 	// applied names the migrations Open applied.
 	applied []string
-	// bindings and tokens remember what never changes once written: a
-	// request id's binding, a token's actor (commit.go).
+	// bindings, tokens and heads remember what never changes once
+	// written: a request id's binding, a token's actor, a batch's head
+	// (commit.go).
 	bindings *cache[bindingKey, intent.Binding]
 	tokens   *cache[string, string] // token hash -> actor
 	heads    *cache[string, batchHead]
