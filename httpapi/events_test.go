@@ -424,3 +424,43 @@ func TestBatchEventsWakeInProcess(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchEventsGap: after a read woken by an in-process change, the
+// stream does not read again for Events.Gap, however the batch changes
+// meanwhile (here a gap and a poll of an hour: the second change is not
+// sent), and the first change was sent at once.
+func TestBatchEventsGap(t *testing.T) {
+	h := newHarness(t, options{events: httpapi.Events{Poll: time.Hour, Heartbeat: time.Hour, Gap: time.Hour}})
+	srv := httptest.NewServer(h.h)
+	t.Cleanup(srv.Close)
+	t.Cleanup(h.server.EndStreams)
+	b := h.create("alice", "gap-1", 2, 1)
+	st := openEvents(t, srv, h.tokens["alice"], b.ID, "")
+	stop := time.AfterFunc(20*time.Second, func() { st.resp.Body.Close() })
+	defer stop.Stop()
+	st.must("batch")
+
+	cs := claimAll(t, h.store, 2)
+	for range 2 {
+		if tk := eventData[intent.Task](t, st.must("task")); tk.State != intent.StateRunning {
+			t.Fatalf("task event after the claim: %+v", tk)
+		}
+	}
+	st.must("batch")
+	if _, err := h.store.CompleteTasks(context.Background(), []store.Completion{{Lease: cs[0].Lease,
+		Asset: intent.Asset{ID: "0192aaaa-0000-7000-8000-000000000001", SHA256: strings.Repeat("a", 64),
+			ContentType: "image/png", Size: 1, Width: 1, Height: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan sseEvent, 1)
+	go func() {
+		if ev, err := st.next(); err == nil {
+			got <- ev
+		}
+	}()
+	select {
+	case ev := <-got:
+		t.Fatalf("an event within the gap: %s %s", ev.name, ev.data)
+	case <-time.After(500 * time.Millisecond):
+	}
+}
