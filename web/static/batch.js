@@ -256,7 +256,7 @@ export async function batchView(main, id, cat, signal) {
       const ended = c.succeeded + c.failed + c.canceled;
       replace(li, stateBadge(p.state), ` ${p.channel}: ${ended} / ${p.item_count} items done`,
         c.failed ? `, ${c.failed} failed` : '', h('span', {class: 'muted'}, ` · ${when(p.created_at)}`));
-      if (p.state === 'succeeded' || p.state === 'failed' || signal.aborted) return;
+      if (TERMINAL.has(p.state) || signal.aborted) return;
       await new Promise((r) => setTimeout(r, 1000));
       if (signal.aborted) return;
       try {
@@ -304,10 +304,19 @@ export async function batchView(main, id, cat, signal) {
   first.forEach(apply);
   pickLine();
 
-  // Earlier publications of this batch, where the server lists them.
-  api('/v1/publications?limit=100', {signal}).then(({data}) => {
-    for (const p of data.items || []) if (p.batch_id === batch.id && !watching.has(p.id)) watchPublication(p);
-  }).catch(() => {});
+  // Earlier publications of this batch, where the server lists them: the
+  // actor's, newest first, down to the batch's own time (ids are drawn in
+  // time order, and a publication comes after its batch).
+  (async () => {
+    for (let cursor = null; ;) {
+      const q = cursor ? `&cursor=${encodeURIComponent(cursor)}` : '';
+      const {data} = await api(`/v1/publications?limit=100${q}`, {signal});
+      const items = data.items || [];
+      for (const p of items) if (p.batch_id === batch.id && !watching.has(p.id)) watchPublication(p);
+      if (!data.next_cursor || !items.length || items[items.length - 1].id < batch.id) return;
+      cursor = data.next_cursor;
+    }
+  })().catch(() => {});
 
   if (TERMINAL.has(batch.state)) {
     live.textContent = 'ended';
