@@ -190,8 +190,15 @@ func (c *Client) backoff(try int) time.Duration {
 func (c *Client) try(ctx context.Context, cl call) (*answer, error, bool) {
 	tctx, cancel := context.WithTimeout(ctx, c.retry.AttemptTimeout)
 	u := *c.base
-	u.Path = c.base.Path + cl.path
-	u.RawPath = ""
+	// cl.path is escaped already (seg): it is the raw path, and Path its
+	// unescaped form, so that an id's "/" or "%" is sent as one segment,
+	// escaped once.
+	u.RawPath = c.base.EscapedPath() + cl.path
+	if p, err := url.PathUnescape(u.RawPath); err == nil {
+		u.Path = p
+	} else {
+		u.Path, u.RawPath = c.base.Path+cl.path, ""
+	}
 	if cl.query != nil {
 		u.RawQuery = cl.query.Encode()
 	}

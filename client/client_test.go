@@ -511,3 +511,24 @@ func TestDownload(t *testing.T) {
 		}
 	}
 }
+
+// TestIDsEscapedOnce: an id with "/", "%" or a space reaches the server
+// as one path segment escaped once.
+func TestIDsEscapedOnce(t *testing.T) {
+	t.Parallel()
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.URL.EscapedPath())
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"title":"Not Found","status":404,"detail":"Not found."}`)
+	}))
+	t.Cleanup(srv.Close)
+	c := newClient(t, srv.URL+"/base", "tok", client.Retry{Attempts: 1})
+	if _, err := c.GetBatch(context.Background(), "a/b%c d"); err == nil {
+		t.Fatal("a 404 answered no error")
+	}
+	if p, _ := got.Load().(string); p != "/base/v1/batches/a%2Fb%25c%20d" {
+		t.Fatalf("the server saw %q", p)
+	}
+}

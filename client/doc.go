@@ -5,7 +5,8 @@
 //
 // Every call retries what may succeed on another try: connection errors,
 // timeouts, 5xx answers and 429 (waiting as Retry-After says), with
-// exponential backoff and full jitter, up to Retry.Attempts tries. Any
+// exponential backoff, each wait drawn between half and all of its
+// delay, up to Retry.Attempts tries. Any
 // other 4xx answer is returned at once as an *Error carrying the problem
 // document (RFC 9457) the server sent.
 //

@@ -35,7 +35,7 @@ type DownloadedFile struct {
 // missing), one file per task, named from its collection, frame, generator
 // and candidate (characters other than letters, digits, '.', '-' and '_'
 // become '_'). Each file is written to a temporary name, checked against
-// the asset's SHA-256 (the answer's ETag) and renamed, so a file that
+// the asset's SHA-256 (from GetAsset) and renamed, so a file that
 // exists is whole; a file already there with the right bytes is kept, so
 // Download can be run again after an interruption. Tasks that have not
 // succeeded are left out; it answers the files of those that have.
