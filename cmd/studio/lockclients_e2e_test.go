@@ -69,11 +69,31 @@ func clientDir(t *testing.T, name string) string {
 	return dir
 }
 
-// needTool returns the path of a program, or skips the test naming it.
-func needTool(t *testing.T, name string) string {
+// requiredTools are the programs STUDIO_TEST_LOCK_CLIENTS=1 (CI sets it)
+// requires: the lock clients' own runtimes, on every CI machine. Bun is
+// not among them.
+var requiredTools = map[string]bool{"python3": true, "node": true}
+
+// toolPath returns the path of a program, or "" when it is missing; a
+// missing required one fails the test when STUDIO_TEST_LOCK_CLIENTS=1.
+func toolPath(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
+		if requiredTools[name] && os.Getenv("STUDIO_TEST_LOCK_CLIENTS") == "1" {
+			t.Fatalf("STUDIO_TEST_LOCK_CLIENTS=1 but %s is not on PATH", name)
+		}
+		return ""
+	}
+	return p
+}
+
+// needTool returns the path of a program, or skips the test naming it
+// (fails instead, for python3 and node, under STUDIO_TEST_LOCK_CLIENTS=1).
+func needTool(t *testing.T, name string) string {
+	t.Helper()
+	p := toolPath(t, name)
+	if p == "" {
 		t.Skipf("%s is not on PATH: the lock client tests that run under %s are skipped", name, name)
 	}
 	return p
@@ -203,8 +223,8 @@ func lockCounter(t *testing.T, servers []*lockServer, direct ...*locks.Lock) {
 	}
 	langs := 1
 	for _, c := range []struct{ tool, dir string }{{"python3", "python"}, {"node", "typescript"}} {
-		bin, err := exec.LookPath(c.tool)
-		if err != nil {
+		bin := toolPath(t, c.tool)
+		if bin == "" {
 			t.Logf("%s is not installed: the counter runs without the %s holders", c.tool, c.dir)
 			continue
 		}
