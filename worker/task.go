@@ -282,8 +282,12 @@ func (r *run) release(tr *taskRun, log *slog.Logger, why string, canceled bool) 
 	ctx, cancel := context.WithTimeout(r.s.Background(), storeTimeout)
 	defer cancel()
 	if tr.unrecorded != nil {
-		if errs, err := r.cfg.Store.SaveSteps(ctx, []store.StepSave{*tr.unrecorded}); err != nil || errs[0] != nil {
-			log.Info("could not record the step before handing the lease back", "err", errors.Join(err, errs[0]))
+		errs, err := r.cfg.Store.SaveSteps(ctx, []store.StepSave{*tr.unrecorded})
+		if err == nil {
+			err = errs[0] // one step, one answer
+		}
+		if err != nil {
+			log.Info("could not record the step before handing the lease back", "err", err)
 		}
 	}
 	errs, err := r.cfg.Store.ReleaseTasks(ctx, []store.Lease{tr.c.Lease})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"image/png"
 	"io"
@@ -611,5 +612,43 @@ func pollUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 30s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// stepsFail is a store whose SaveSteps fails as a whole (the database
+// went away for that call).
+type stepsFail struct{ store.TaskStore }
+
+func (stepsFail) SaveSteps(context.Context, []store.StepSave) ([]error, error) {
+	return nil, errors.New("database unavailable")
+}
+
+// TestReleaseWhenTheStepCannotBeSaved: a pool stopping while a task waits
+// records the step before handing the lease back; when that fails as a
+// whole the lease is still handed back (the task is queued again), and
+// nothing panics.
+func TestReleaseWhenTheStepCannotBeSaved(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := newProbe(generator.NewSketch())
+	inWait := make(chan struct{}, 1)
+	p.setHook(func(ctx context.Context, op, key string, attempt int) error {
+		if op == "wait" {
+			inWait <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	})
+	nb := e.batch(spec{frames: 1, candidates: 1})
+	pool := e.pool(worker.Config{Store: stepsFail{e.st}, Generators: gens{"sketch": p}, Concurrency: 1, StepRecordAfter: time.Hour, Grace: 50 * time.Millisecond})
+	<-inWait
+	if err := pool.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range e.tasks("alice", nb.ID) {
+		if tk.State != intent.StateQueued {
+			t.Fatalf("task after the pool stopped: %+v, want it queued again", tk)
+		}
 	}
 }
