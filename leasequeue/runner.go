@@ -480,7 +480,16 @@ func (r *run[T]) renewOnce() {
 			items[i] = h.item
 		}
 		t0 := r.cfg.Now()
-		lost, canceled, err := r.h.Renew(r.s.bg, r.cfg.Owner, items, r.cfg.LeaseTTL)
+		// Past the last of these leases' deadlines a renewal serves none
+		// of them: a call that hangs (a stuck connection) ends then, and
+		// the check below ends the items it could not confirm.
+		var last int64
+		for _, h := range live {
+			last = max(last, h.deadline.Load())
+		}
+		rctx, cancel := context.WithTimeout(r.s.bg, time.Duration(last-t0.UnixNano()))
+		lost, canceled, err := r.h.Renew(rctx, r.cfg.Owner, items, r.cfg.LeaseTTL)
+		cancel()
 		if err != nil {
 			if r.s.bg.Err() == nil {
 				r.cfg.Logger.Warn("lease renewal failed", "leases", len(items), "err", err)

@@ -27,8 +27,9 @@ type queue struct {
 
 	running, maxRunning atomic.Int32
 
-	run   func(ctx context.Context, item string)
-	renew func(items []string) (lost, canceled []string, err error)
+	run        func(ctx context.Context, item string)
+	renew      func(items []string) (lost, canceled []string, err error)
+	renewHangs bool // Renew blocks until its context ends
 	// claimDelays are how long the claims that find items take, one at a
 	// time, each claiming one item, while any are left.
 	claimDelays []time.Duration
@@ -66,7 +67,11 @@ func (q *queue) Claim(_ context.Context, owner string, limit int, ttl time.Durat
 
 func (q *queue) Key(item string) string { return item }
 
-func (q *queue) Renew(_ context.Context, _ string, items []string, _ time.Duration) ([]string, []string, error) {
+func (q *queue) Renew(ctx context.Context, _ string, items []string, _ time.Duration) ([]string, []string, error) {
+	if q.renewHangs {
+		<-ctx.Done() // a stuck connection: the call ends with its context
+		return nil, nil, ctx.Err()
+	}
 	if q.renew != nil {
 		return q.renew(items)
 	}
@@ -177,11 +182,13 @@ func TestRenewalEndsItems(t *testing.T) {
 		{"lost", func(items []string) ([]string, []string, error) { return items, nil, nil }, store.ErrLeaseLost},
 		{"canceled", func(items []string) ([]string, []string, error) { return nil, items, nil }, leasequeue.ErrCanceled},
 		{"unconfirmed", func([]string) ([]string, []string, error) { return nil, nil, errors.New("the database is away") }, store.ErrLeaseLost},
+		{"hung", nil, store.ErrLeaseLost}, // renewals that never answer
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			q := newQueue(1)
 			q.renew = tc.renew
+			q.renewHangs = tc.renew == nil
 			causes := make(chan error, 1)
 			q.run = func(ctx context.Context, _ string) {
 				<-ctx.Done()
