@@ -27,6 +27,8 @@ BEGIN
   UPDATE task_change_clock SET n = NEW.change_seq WHERE n < NEW.change_seq;
 END;
 
--- No index on change_seq: a stream reads its batch's tasks through
--- tasks_by_batch (at most the task limit of rows), and an index would cost
--- every change a write on a page of its own.
+-- No index on change_seq: a stream reads its batch's tasks through an
+-- index on batch_id (tasks_by_batch_state since 0007 dropped
+-- tasks_by_batch; at most the task limit of rows), and an index would
+-- cost every change a write on a page of its own. (A comment only: the
+-- statements of this file are as they shipped.)

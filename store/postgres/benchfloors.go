@@ -17,26 +17,18 @@ type BenchFloors struct{ s *Store }
 // NewBenchFloors returns the floors of s.
 func NewBenchFloors(s *Store) BenchFloors { return BenchFloors{s} }
 
-// Commit inserts a tree's rows (binding, batch, tasks) in one transaction,
-// the tasks in one COPY as the store writes them.
+// Commit inserts a tree's rows (binding, batch, tasks) in one transaction
+// with the store's own batch insert (the tasks in one COPY), after a bare
+// insert of the binding instead of the store's check.
 func (f BenchFloors) Commit(ctx context.Context, in intent.NewIntent) error {
 	bd, nb := in.Binding, in.Batch
+	rows := taskRows(bd.Actor, nb) // made before the transaction, as the store does
 	return pgx.BeginFunc(ctx, f.s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO intents (actor, request_id, operation, fingerprint, resource_id, created_at)
 			VALUES ($1, $2, $3, $4, $5, $6)`, bd.Actor, bd.RequestID, bd.Operation, bd.Fingerprint, bd.ResourceID, bd.CreatedAt); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO batches (id, actor, request_id, prompt, spec, task_count, queued, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $7)`, nb.ID, bd.Actor, bd.RequestID, nb.Prompt, nb.Spec, len(nb.Tasks), nb.CreatedAt); err != nil {
-			return err
-		}
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{"tasks"},
-			[]string{"id", "batch_id", "actor", "collection", "frame", "generator", "candidate", "created_at", "updated_at"},
-			pgx.CopyFromSlice(len(nb.Tasks), func(j int) ([]any, error) {
-				t := &nb.Tasks[j]
-				return []any{t.ID, nb.ID, bd.Actor, t.Collection, t.Frame, t.Generator, int32(t.Candidate), nb.CreatedAt, nb.CreatedAt}, nil
-			}))
-		return err
+		return insertBatch(ctx, tx, bd, nb, rows)
 	})
 }
 

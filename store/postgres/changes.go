@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"studio/intent"
 	"studio/store"
@@ -88,34 +89,29 @@ func (w withColumn) Scan(dest ...any) error { return w.Rows.Scan(append(dest, w.
 
 // ListPublications pages the actor's publications, newest first.
 func (s *Store) ListPublications(ctx context.Context, p store.ListParams) ([]intent.Publication, error) {
-	q := `SELECT ` + publicationColumns + ` FROM publications WHERE actor = $1`
-	args := []any{p.Actor}
-	if p.After != "" {
-		args = append(args, p.After)
-		q += fmt.Sprintf(` AND id < $%d`, len(args))
-	}
-	args = append(args, p.Limit)
-	q += fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args))
-	rows, err := s.pool.Query(ctx, q, args...)
+	out, err := pageNewestFirst(ctx, s.pool, `SELECT `+publicationColumns+` FROM publications`, "", p, scanPublication)
 	if err != nil {
 		return nil, fmt.Errorf("list publications: %w", err)
 	}
-	defer rows.Close()
-	var out []intent.Publication
-	for rows.Next() {
-		var pub intent.Publication
-		var started bool
-		if err := rows.Scan(&pub.ID, &pub.Actor, &pub.RequestID, &pub.BatchID, &pub.Channel, &pub.ItemCount,
-			&pub.Counts.Queued, &pub.Counts.Running, &pub.Counts.Succeeded, &pub.Counts.Failed, &started,
-			&pub.CreatedAt, &pub.UpdatedAt); err != nil {
-			return nil, fmt.Errorf("list publications: %w", err)
-		}
-		pub.State = pub.Counts.State(started)
-		pub.CreatedAt, pub.UpdatedAt = pub.CreatedAt.UTC(), pub.UpdatedAt.UTC()
-		out = append(out, pub)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list publications: %w", err)
-	}
 	return out, nil
+}
+
+// pageNewestFirst runs from (a SELECT of one table, without a WHERE) over
+// the actor's rows after p.After, newest first (ids are drawn in time
+// order), at most p.Limit of them. col prefixes the actor and id columns:
+// the table's alias and a dot, or "".
+func pageNewestFirst[T any](ctx context.Context, pool *pgxpool.Pool, from, col string, p store.ListParams, scan func(pgx.Row) (T, error)) ([]T, error) {
+	q := from + ` WHERE ` + col + `actor = $1`
+	args := []any{p.Actor}
+	if p.After != "" {
+		args = append(args, p.After)
+		q += fmt.Sprintf(` AND %sid < $%d`, col, len(args))
+	}
+	args = append(args, p.Limit)
+	q += fmt.Sprintf(` ORDER BY %sid DESC LIMIT $%d`, col, len(args))
+	rows, err := pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (T, error) { return scan(r) })
 }

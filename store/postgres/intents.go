@@ -169,28 +169,8 @@ func getBatch(ctx context.Context, q querier, actor, id string) (intent.Batch, e
 
 // ListBatches pages the actor's batches, newest first.
 func (s *Store) ListBatches(ctx context.Context, p store.ListParams) ([]intent.Batch, error) {
-	q := batchSelect + ` WHERE b.actor = $1`
-	args := []any{p.Actor}
-	if p.After != "" {
-		q += ` AND b.id < $2`
-		args = append(args, p.After)
-	}
-	q += fmt.Sprintf(` ORDER BY b.id DESC LIMIT $%d`, len(args)+1)
-	args = append(args, p.Limit)
-	rows, err := s.pool.Query(ctx, q, args...)
+	out, err := pageNewestFirst(ctx, s.pool, batchSelect, "b.", p, scanBatch)
 	if err != nil {
-		return nil, fmt.Errorf("list batches: %w", err)
-	}
-	defer rows.Close()
-	var out []intent.Batch
-	for rows.Next() {
-		b, err := scanBatch(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list batches: %w", err)
-		}
-		out = append(out, b)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list batches: %w", err)
 	}
 	return out, nil

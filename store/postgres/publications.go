@@ -111,13 +111,19 @@ const publicationColumns = `id, actor, request_id, batch_id, channel, item_count
 
 // GetPublication reads one of the actor's publications.
 func (s *Store) GetPublication(ctx context.Context, actor, id string) (intent.Publication, error) {
-	var p intent.Publication
-	var started bool
-	err := s.pool.QueryRow(ctx, `SELECT `+publicationColumns+` FROM publications WHERE id = $1 AND actor = $2`, id, actor).
-		Scan(&p.ID, &p.Actor, &p.RequestID, &p.BatchID, &p.Channel, &p.ItemCount,
-			&p.Counts.Queued, &p.Counts.Running, &p.Counts.Succeeded, &p.Counts.Failed, &started, &p.CreatedAt, &p.UpdatedAt)
+	p, err := scanPublication(s.pool.QueryRow(ctx, `SELECT `+publicationColumns+` FROM publications WHERE id = $1 AND actor = $2`, id, actor))
 	if err != nil {
 		return intent.Publication{}, interpret(err)
+	}
+	return p, nil
+}
+
+func scanPublication(r pgx.Row) (intent.Publication, error) {
+	var p intent.Publication
+	var started bool
+	if err := r.Scan(&p.ID, &p.Actor, &p.RequestID, &p.BatchID, &p.Channel, &p.ItemCount,
+		&p.Counts.Queued, &p.Counts.Running, &p.Counts.Succeeded, &p.Counts.Failed, &started, &p.CreatedAt, &p.UpdatedAt); err != nil {
+		return intent.Publication{}, err
 	}
 	p.State = p.Counts.State(started)
 	p.CreatedAt, p.UpdatedAt = p.CreatedAt.UTC(), p.UpdatedAt.UTC()
