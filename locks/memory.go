@@ -140,8 +140,8 @@ func (m *MemoryStore) AcquireSlot(ctx context.Context, key, owner string, limit 
 	if err := ctx.Err(); err != nil {
 		return 0, false, err
 	}
-	if limit < 1 {
-		return 0, false, fmt.Errorf("acquire slot: %w: limit %d", ErrInvalid, limit)
+	if err := CheckLimit(limit); err != nil {
+		return 0, false, fmt.Errorf("acquire slot: %w", err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -154,7 +154,7 @@ func (m *MemoryStore) AcquireSlot(ctx context.Context, key, owner string, limit 
 	}
 	for _, s := range held {
 		if s.limit != limit {
-			return 0, false, fmt.Errorf("acquire slot: %w: %q is held under limit %d, asked %d", ErrLimitConflict, key, s.limit, limit)
+			return 0, false, LimitConflict(key, s.limit, limit)
 		}
 		break
 	}

@@ -135,6 +135,12 @@ func CheckKey(key string) error {
 	return nil
 }
 
+// LimitConflict is the error of an AcquireSlot refused because key is
+// held under limit held, not asked (ErrLimitConflict).
+func LimitConflict(key string, held, asked int) error {
+	return fmt.Errorf("acquire slot: %w: %q is held under limit %d, asked %d", ErrLimitConflict, key, held, asked)
+}
+
 // CheckLimit reports whether limit is a valid semaphore limit: at least 1.
 func CheckLimit(limit int) error {
 	if limit < 1 {

@@ -222,8 +222,8 @@ func (s *Store) Release(ctx context.Context, key, owner string) (bool, error) {
 
 // AcquireSlot implements locks.Store.
 func (s *Store) AcquireSlot(ctx context.Context, key, owner string, limit int, ttl time.Duration) (int64, bool, error) {
-	if limit < 1 {
-		return 0, false, fmt.Errorf("acquire slot: %w: limit %d", locks.ErrInvalid, limit)
+	if err := locks.CheckLimit(limit); err != nil {
+		return 0, false, fmt.Errorf("acquire slot: %w", err)
 	}
 	if err := s.maybeSweep(ctx); err != nil {
 		return 0, false, err
@@ -236,7 +236,7 @@ func (s *Store) AcquireSlot(ctx context.Context, key, owner string, limit int, t
 		var other int
 		err := s.queryRow(ctx, conflictSQL, &other, []byte(key), s.now(), limit)
 		if err == nil {
-			return 0, false, fmt.Errorf("acquire slot: %w: %q is held under limit %d, asked %d", locks.ErrLimitConflict, key, other, limit)
+			return 0, false, locks.LimitConflict(key, other, limit)
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return 0, false, fmt.Errorf("acquire slot: %w", err)
