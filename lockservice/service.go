@@ -193,7 +193,6 @@ type lease struct {
 	granted chan struct{} // closed once held, or once the acquire failed
 	err     error         // why the acquire failed
 	release chan struct{} // closed to end the hold
-	kick    chan struct{} // the deadline moved (capacity 1)
 	done    chan struct{} // closed once the engine has given the key back
 	cancel  context.CancelFunc
 
@@ -325,7 +324,7 @@ func (s *Service) Acquire(ctx context.Context, actor, requestID string, r Reques
 		x = &lease{
 			id: id, actor: actor, requestID: requestID, req: r,
 			granted: make(chan struct{}), release: make(chan struct{}),
-			kick: make(chan struct{}, 1), done: make(chan struct{}), cancel: cancel,
+			done: make(chan struct{}), cancel: cancel,
 		}
 		s.leases[id] = x
 		s.byRequest[rk] = x
@@ -392,11 +391,6 @@ func (s *Service) hold(ctx context.Context, x *lease) {
 			select {
 			case <-x.release:
 				return nil
-			case <-x.kick:
-				s.mu.Lock()
-				d := time.Until(x.deadline)
-				s.mu.Unlock()
-				timer.Reset(d)
 			case <-timer.C:
 				s.mu.Lock()
 				d := time.Until(x.deadline)
@@ -405,7 +399,7 @@ func (s *Service) hold(ctx context.Context, x *lease) {
 					timer.Reset(d)
 					continue
 				}
-				s.endLocked(x, StateExpired, fmt.Sprintf("no renewal came within its TTL of %v", x.req.TTL))
+				s.expireLocked(x)
 				s.mu.Unlock()
 				return nil
 			case <-hctx.Done():
@@ -456,6 +450,12 @@ func (s *Service) hold(ctx context.Context, x *lease) {
 	}
 	close(x.done)
 	x.cancel()
+}
+
+// expireLocked ends x as expired: no renewal came within its TTL. s.mu
+// is held.
+func (s *Service) expireLocked(x *lease) {
+	s.endLocked(x, StateExpired, fmt.Sprintf("no renewal came within its TTL of %v", x.req.TTL))
 }
 
 // endLocked records the end of a held lease. s.mu is held.
@@ -510,17 +510,15 @@ func (s *Service) Renew(ctx context.Context, actor, id string) (Lease, error) {
 	}
 	now := time.Now()
 	if x.state == StateHeld && !now.Before(x.deadline) {
-		s.endLocked(x, StateExpired, fmt.Sprintf("no renewal came within its TTL of %v", x.req.TTL))
+		s.expireLocked(x)
 		close(x.release)
 	}
 	if x.state != StateHeld {
 		return Lease{}, x.endedError()
 	}
+	// Only ever later: the holder's timer, when it fires, finds the new
+	// deadline and waits again.
 	x.deadline = now.Add(x.req.TTL)
-	select {
-	case x.kick <- struct{}{}:
-	default:
-	}
 	return x.view(), nil
 }
 
@@ -539,7 +537,7 @@ func (s *Service) Release(ctx context.Context, actor, id string) (Lease, error) 
 		if time.Now().Before(x.deadline) {
 			s.endLocked(x, StateReleased, "released by its holder")
 		} else {
-			s.endLocked(x, StateExpired, fmt.Sprintf("no renewal came within its TTL of %v", x.req.TTL))
+			s.expireLocked(x)
 		}
 		close(x.release)
 	}
