@@ -120,6 +120,15 @@ type statusWriter struct {
 	body     *watchedBody  // nil: the request has no body
 	stall    time.Duration // <= 0: writes are not bounded
 	deadline bool          // a write deadline is set
+	rc       *http.ResponseController
+}
+
+// controller is the writer's ResponseController, made once.
+func (w *statusWriter) controller() *http.ResponseController {
+	if w.rc == nil {
+		w.rc = http.NewResponseController(w.ResponseWriter)
+	}
+	return w.rc
 }
 
 // beforeHeader runs once, before the status line is written.
@@ -143,7 +152,7 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 		w.code = http.StatusOK
 	}
 	if w.stall > 0 {
-		if http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Now().Add(w.stall)) == nil {
+		if w.controller().SetWriteDeadline(time.Now().Add(w.stall)) == nil {
 			w.deadline = true
 		}
 	}
@@ -158,20 +167,15 @@ func (w *statusWriter) finish() {
 	if w.code == 0 {
 		w.beforeHeader()
 	}
-	var rc *http.ResponseController
 	if w.deadline {
-		rc = http.NewResponseController(w.ResponseWriter)
-		_ = rc.Flush()
-		_ = rc.SetWriteDeadline(time.Time{})
+		_ = w.controller().Flush()
+		_ = w.controller().SetWriteDeadline(time.Time{})
 	}
 	if w.body != nil && !w.body.read() {
 		// net/http reads what is left of a small body before it closes the
 		// connection; a body that never comes would hold it until the body
 		// deadline. The answer is sent: stop reading now.
-		if rc == nil {
-			rc = http.NewResponseController(w.ResponseWriter)
-		}
-		_ = rc.SetReadDeadline(time.Now())
+		_ = w.controller().SetReadDeadline(time.Now())
 	}
 }
 
