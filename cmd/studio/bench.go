@@ -9,9 +9,7 @@ import (
 	"runtime/pprof"
 
 	"studio/bench"
-	"studio/store"
-	"studio/store/postgres"
-	"studio/store/sqlite"
+	"studio/locks"
 )
 
 // runBench is `studio bench`: flags to a bench.Config, the results to
@@ -64,11 +62,11 @@ run, alternating. Runs on a temporary data directory unless --data or
 		defer os.RemoveAll(dir)
 		cfg.Data = dir
 	}
-	s, err := openStore(ctx, cfg)
+	e, err := openEngine(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer e.store.Close()
 	if *cpuProf != "" {
 		f, err := os.Create(*cpuProf)
 		if err != nil {
@@ -80,10 +78,7 @@ run, alternating. Runs on a temporary data directory unless --data or
 		}
 		defer pprof.StopCPUProfile()
 	}
-	bc, err := benchConfig(cfg, s)
-	if err != nil {
-		return err
-	}
+	bc := benchConfig(cfg, e)
 	bc.N, bc.Tasks, bc.Progress = *n, *tasks, stderr
 	var each func(bench.Op, *bench.Result) error
 	if *asJSON {
@@ -109,15 +104,16 @@ run, alternating. Runs on a temporary data directory unless --data or
 // benchConfig wires the bench to the program: the store and its engine's
 // floors, the lock stores, tokens, and the whole program serving HTTP on
 // the same database.
-func benchConfig(cfg Config, s store.Store) (bench.Config, error) {
-	bc := bench.Config{
-		Store:         s,
+func benchConfig(cfg Config, e *engine) bench.Config {
+	return bench.Config{
+		Store:         e.store,
+		Floors:        e.floors,
 		Dir:           cfg.Data,
 		MaxBatchTasks: cfg.MaxBatchTasks,
-		LockStore:     (&Main{Config: cfg, store: s}).lockStore,
-		DBLockStore:   (&Main{Config: Config{LockStore: "db"}, store: s}).lockStore,
+		LockStore:     func() (locks.Store, error) { return openLockStore(cfg.lockStore(), e) },
+		DBLockStore:   func() (locks.Store, error) { return openLockStore("db", e) },
 		NewToken: func(ctx context.Context, actor string) (string, error) {
-			return createToken(ctx, s, actor)
+			return createToken(ctx, e.store, actor)
 		},
 		Serve: func(ctx context.Context) (string, func() error, error) {
 			c := cfg
@@ -132,13 +128,4 @@ func benchConfig(cfg Config, s store.Store) (bench.Config, error) {
 			return m.Addr(), m.Close, nil
 		},
 	}
-	switch s := s.(type) {
-	case *sqlite.Store:
-		bc.Floors = sqlite.NewBenchFloors(s)
-	case *postgres.Store:
-		bc.Floors = postgres.NewBenchFloors(s)
-	default:
-		return bc, fmt.Errorf("bench: no floors for %T", s)
-	}
-	return bc, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"studio/bench"
 	"studio/blob"
 	"studio/locks"
 	"studio/locks/pglock"
@@ -34,6 +35,9 @@ type engine struct {
 	collect func(*metrics.Metrics) error
 	// applied names the migrations the open applied.
 	applied []string
+	// floors are the bare statements `studio bench` measures the store
+	// against.
+	floors bench.Floors
 }
 
 // openEngine opens the configured database and applies pending migrations.
@@ -67,6 +71,7 @@ func sqliteEngine(s *sqlite.Store, cfg Config) *engine {
 		name:      "sqlite:" + cfg.sqlitePath(),
 		store:     s,
 		lockStore: func(ctx context.Context) (locks.Store, error) { return sqlitelock.New(ctx, s.DB()) },
+		floors:    sqlite.NewBenchFloors(s),
 		blobs: func() (blob.Store, error) {
 			fs, err := blob.NewFS(filepath.Join(cfg.Data, "assets"))
 			if err != nil {
@@ -92,6 +97,7 @@ func postgresEngine(s *postgres.Store) *engine {
 		name:      "postgres",
 		store:     s,
 		lockStore: func(ctx context.Context) (locks.Store, error) { return pglock.New(ctx, s.Pool()) },
+		floors:    postgres.NewBenchFloors(s),
 		blobs:     func() (blob.Store, error) { return postgres.NewBlobStore(s), nil },
 		collect: func(mx *metrics.Metrics) error {
 			if err := mx.Registry().Register(newPgxPoolCollector(s.Pool())); err != nil {
@@ -103,15 +109,3 @@ func postgresEngine(s *postgres.Store) *engine {
 	}
 }
 
-// engineOf is the engine of a store opened elsewhere (studio bench builds
-// a Main around a bare store); nil for a store of no engine.
-func engineOf(s store.Store, cfg Config) *engine {
-	switch s := s.(type) {
-	case *sqlite.Store:
-		return sqliteEngine(s, cfg)
-	case *postgres.Store:
-		return postgresEngine(s)
-	default:
-		return nil
-	}
-}

@@ -118,16 +118,12 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 
 // lockStore is the store behind the lock engine: in-process memory, or the
 // database so that locks hold across every process sharing it.
-func (m *Main) lockStore() (locks.Store, error) {
-	if m.Config.lockStore() == "memory" {
+func (m *Main) lockStore() (locks.Store, error) { return openLockStore(m.Config.lockStore(), m.engine) }
+
+// openLockStore opens the lock store of kind ("memory" or "db") on e.
+func openLockStore(kind string, e *engine) (locks.Store, error) {
+	if kind == "memory" {
 		return locks.NewMemoryStore(), nil
-	}
-	e := m.engine
-	if e == nil {
-		e = engineOf(m.store, m.Config)
-	}
-	if e == nil || e.lockStore == nil {
-		return nil, fmt.Errorf("--lock-store db is not available for %T", m.store)
 	}
 	return e.lockStore(context.Background())
 }
