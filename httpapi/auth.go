@@ -61,13 +61,9 @@ func bearerToken(r *http.Request) (token string, present bool) {
 // authenticate admits requests with a valid bearer token and puts the
 // token's actor in their context; others get 401 with a Bearer challenge.
 // Every answer behind it is Cache-Control: no-store (asset content sets its
-// own). A request already authenticated passes through.
+// own).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := ActorFrom(r.Context()); ok {
-			next.ServeHTTP(w, r)
-			return
-		}
 		w.Header().Set("Cache-Control", "no-store")
 		token, present := bearerToken(r)
 		if !present {

@@ -249,6 +249,10 @@ func (s *Server) routes() *chi.Mux {
 	// The API: every route, known or not, needs a token first.
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.authenticate, s.refuseEncodings)
+		// Authenticated already (the router's own MethodNotAllowed, which
+		// this one would inherit, authenticates /v1 for the methods that
+		// never reach this router).
+		r.MethodNotAllowed(s.answerMethod)
 		r.Post("/generations", s.createGeneration)
 		r.Get("/batches", s.listBatches)
 		r.Get("/batches/{id}", s.getBatch)
