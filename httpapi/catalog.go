@@ -49,18 +49,7 @@ func (s *Server) getCatalog(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	// Lists are [] rather than null, so a client can iterate without care.
-	if c.Generators == nil {
-		c.Generators = []CatalogGenerator{}
-	}
-	if c.Routes == nil {
-		c.Routes = map[string][]string{}
-	}
-	if c.Subjects == nil {
-		c.Subjects = []string{}
-	}
-	if c.Channels == nil {
-		c.Channels = []string{}
-	}
+	// Empty lists and maps go out as [] and {}, never null (the JSON
+	// encoder's default), so a client can iterate without care.
 	s.ok(w, r, http.StatusOK, c)
 }
