@@ -109,7 +109,7 @@ func (p *Planner) PlanGeneration(ctx context.Context, actor string, in *intent.G
 		return nil, &intent.Error{Code: intent.EUnprocessable, Message: msg, Fields: fields}
 	}
 
-	limit := p.maxTasks()
+	limit := p.Limit()
 	n := CountTasks(in.Sets, len(providers), in.Candidates)
 	switch {
 	case n > limit:
@@ -177,7 +177,9 @@ func (p *Planner) resolve(ctx context.Context, names []string) (ids, kinds []str
 	return ids, kinds, bad, nil
 }
 
-func (p *Planner) maxTasks() int {
+// Limit is the most tasks one plan may have: MaxTasks, or
+// DefaultMaxTasks when it is not set.
+func (p *Planner) Limit() int {
 	if p.MaxTasks > 0 {
 		return p.MaxTasks
 	}

@@ -14,7 +14,7 @@ import (
 // limit and the publication channels it carries out.
 type catalogView struct {
 	catalog  *planner.Static
-	maxTasks int
+	maxTasks int // the planner's Limit
 	channels []string
 }
 
@@ -33,9 +33,6 @@ func (v catalogView) CatalogFor(ctx context.Context, actor string) (httpapi.Cata
 	}
 	for i, g := range gens {
 		out.Generators[i] = httpapi.CatalogGenerator{ID: g.ID, Kind: g.Kind}
-	}
-	if out.MaxBatchTasks <= 0 {
-		out.MaxBatchTasks = planner.DefaultMaxTasks
 	}
 	return out, nil
 }

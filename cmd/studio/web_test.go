@@ -38,7 +38,7 @@ func TestCatalogView(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := catalogView{catalog: c, channels: []string{"gallery", "webhook"}}
+	v := catalogView{catalog: c, maxTasks: planner.New(c).Limit(), channels: []string{"gallery", "webhook"}}
 	got, err := v.CatalogFor(context.Background(), "bob")
 	if err != nil {
 		t.Fatal(err)

@@ -105,7 +105,7 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		Observe:      d.wrap.requests(),
 		Limits:       cfg.httpLimits(),
 		UploadDir:    uploadDir,
-		Catalogs:     catalogView{d.catalog, cfg.MaxBatchTasks, d.service.Channels},
+		Catalogs:     catalogView{d.catalog, p.Limit(), d.service.Channels},
 		UI:           web.Handler(),
 	})
 	if err != nil {
