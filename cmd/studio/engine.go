@@ -108,4 +108,3 @@ func postgresEngine(s *postgres.Store) *engine {
 		applied: s.AppliedMigrations(),
 	}
 }
-
