@@ -196,12 +196,6 @@ func (h *items) Renew(ctx context.Context, owner string, its []store.ClaimedItem
 // Run hands the item to its channel and records how it ended, with its
 // fence.
 func (h *items) Run(ctx context.Context, _ *leasequeue.Session, it store.ClaimedItem) {
-	h.runItem(ctx, it)
-}
-
-// runItem hands the item to its channel and records how it ended, with
-// its fence.
-func (h *items) runItem(ctx context.Context, it store.ClaimedItem) {
 	log := h.log.With("item", it.ItemID, "publication", it.PublicationID, "channel", it.Channel, "attempt", it.Attempt)
 	err := h.publish(ctx, it)
 	lost := errors.Is(context.Cause(ctx), store.ErrLeaseLost)
