@@ -404,7 +404,7 @@ func (b *bench) newService(wrap func(intent.Planner) intent.Planner) (*intent.Se
 	if wrap != nil {
 		pl = wrap(pl)
 	}
-	return &intent.Service{Store: b.cfg.Store, Planner: pl, Locker: engineLocker{e}}, func() { e.Close() }, nil
+	return &intent.Service{Store: b.cfg.Store, Planner: pl, Locker: locks.Keyed{E: e}}, func() { e.Close() }, nil
 }
 
 // replay: the service's replay path beside two primary-key reads.
@@ -735,11 +735,4 @@ func (b *bench) lockHandoff(kind string) (*Result, error) {
 		return nil, err
 	}
 	return latencyResult(handoffs, nil), nil
-}
-
-// engineLocker adapts the lock engine to the intent service's Locker port.
-type engineLocker struct{ e *locks.Engine }
-
-func (l engineLocker) Hold(ctx context.Context, key string, fn func(context.Context) error) error {
-	return l.e.Hold(ctx, key, func(ctx context.Context, _ *locks.Lease) error { return fn(ctx) })
 }

@@ -189,13 +189,6 @@ func (b *blobWriter) Put(ctx context.Context, r io.Reader) (string, int64, error
 	return info.SHA256, info.Size, err
 }
 
-// engineLocker is the locks engine (memory store) as an intent.Locker.
-type engineLocker struct{ e *locks.Engine }
-
-func (l engineLocker) Hold(ctx context.Context, key string, fn func(context.Context) error) error {
-	return l.e.Hold(ctx, key, func(ctx context.Context, _ *locks.Lease) error { return fn(ctx) })
-}
-
 type uploadRig struct {
 	store *sqlite.Store
 	blobs *blobWriter
@@ -215,7 +208,7 @@ func newUploadRig(t *testing.T) *uploadRig {
 	t.Cleanup(func() { e.Close() })
 	bw := &blobWriter{fs: fs}
 	return &uploadRig{store: st, blobs: bw, dir: dir,
-		up: &intent.Uploads{Store: st, Blobs: bw, Locker: engineLocker{e}}}
+		up: &intent.Uploads{Store: st, Blobs: bw, Locker: locks.Keyed{E: e}}}
 }
 
 func (r *uploadRig) upload(t *testing.T, actor, key, contentType string, data []byte) (intent.UploadResult, error) {

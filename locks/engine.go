@@ -700,3 +700,13 @@ func jitter(d time.Duration) time.Duration {
 	}
 	return d/2 + rand.N(d/2+1)
 }
+
+// Keyed is the engine as a keyed mutex of functions of a context alone
+// (their lease unused): the shape of a caller such as intent.Locker that
+// knows nothing of leases.
+type Keyed struct{ E *Engine }
+
+// Hold holds key while fn runs, as Engine.Hold does.
+func (k Keyed) Hold(ctx context.Context, key string, fn func(context.Context) error) error {
+	return k.E.Hold(ctx, key, func(ctx context.Context, _ *Lease) error { return fn(ctx) })
+}

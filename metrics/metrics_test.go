@@ -123,12 +123,6 @@ func TestPlanAndCommitDurations(t *testing.T) {
 	}
 }
 
-type engineLocker struct{ e *locks.Engine }
-
-func (l engineLocker) Hold(ctx context.Context, key string, fn func(context.Context) error) error {
-	return l.e.Hold(ctx, key, func(ctx context.Context, _ *locks.Lease) error { return fn(ctx) })
-}
-
 // TestLockWaitsAndHolds: a holder and a waiter on one key each observe one
 // wait and one hold; a waiter that gives up observes nothing; the hold of a
 // fn that sleeps lasts at least that long.
@@ -137,7 +131,7 @@ func TestLockWaitsAndHolds(t *testing.T) {
 	m := metrics.New()
 	e := locks.New(locks.NewMemoryStore())
 	defer e.Close()
-	l := m.Locker("intent", engineLocker{e})
+	l := m.Locker("intent", locks.Keyed{E: e})
 	ctx := context.Background()
 
 	held, release := make(chan struct{}), make(chan struct{})

@@ -36,7 +36,7 @@ func (w wrappers) planner(p intent.Planner) intent.Planner {
 // locker is the lock engine as the intent service's Locker, timed under
 // the lock's name.
 func (w wrappers) locker(name string) intent.Locker {
-	return w.metrics.Locker(name, engineLocker{w.locks})
+	return w.metrics.Locker(name, locks.Keyed{E: w.locks})
 }
 
 // generations logs every batch created or replayed.
@@ -57,13 +57,6 @@ func (w wrappers) attempts() func(worker.Outcome) {
 			w.metrics.LeaseLost()
 		}
 	}
-}
-
-// engineLocker adapts the lock engine to the intent service's Locker port.
-type engineLocker struct{ e *locks.Engine }
-
-func (l engineLocker) Hold(ctx context.Context, key string, fn func(context.Context) error) error {
-	return l.e.Hold(ctx, key, func(ctx context.Context, _ *locks.Lease) error { return fn(ctx) })
 }
 
 // loggedPlanner logs every plan made (at debug level): how many tasks, how
