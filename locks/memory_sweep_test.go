@@ -1,6 +1,7 @@
 package locks
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -55,5 +56,30 @@ func TestMemorySweepBoundsSlotKeys(t *testing.T) {
 	m.mu.Unlock()
 	if n > 2*64+1 {
 		t.Fatalf("%d semaphore keys kept after 10000 were taken and released, want at most %d", n, 2*64+1)
+	}
+}
+
+// TestEngineSweepBoundsQueues: the engine's per-key queues of keys no one
+// holds or waits for are swept as the maps double, for locks and
+// semaphores alike, so an engine that saw 10000 keys keeps a bounded
+// number of queues.
+func TestEngineSweepBoundsQueues(t *testing.T) {
+	e := New(NewMemoryStore())
+	defer e.Close()
+	ctx := t.Context()
+	noop := func(context.Context, *Lease) error { return nil }
+	for i := range 10000 {
+		if err := e.Hold(ctx, fmt.Sprintf("k%d", i), noop); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Semaphore(2).Hold(ctx, fmt.Sprintf("s%d", i), noop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.mu.Lock()
+	n := len(e.queues[0]) + len(e.queues[1])
+	e.mu.Unlock()
+	if n > 2*64+2 {
+		t.Fatalf("%d queues kept after 20000 keys were held and released, want at most %d", n, 2*64+2)
 	}
 }
