@@ -179,6 +179,7 @@ type Service struct {
 	byRequest map[requestKey]*lease
 	ended     []*lease       // in the order they ended, for forgetting
 	active    map[string]int // actor -> leases held or waited for
+	held      int            // leases in StateHeld
 	closed    bool
 	running   sync.WaitGroup
 }
@@ -380,6 +381,7 @@ func (s *Service) hold(ctx context.Context, x *lease) {
 			return nil
 		}
 		x.state = StateHeld
+		s.held++
 		x.fence = el.Fence()
 		x.deadline = time.Now().Add(x.req.TTL)
 		close(x.granted)
@@ -464,6 +466,7 @@ func (s *Service) endLocked(x *lease, state, reason string) {
 		return
 	}
 	x.state, x.reason, x.endedAt = state, reason, time.Now()
+	s.held--
 	s.ended = append(s.ended, x)
 	if s.cfg.Observe != nil {
 		s.cfg.Observe(Event{Ended: state})
@@ -602,13 +605,7 @@ func (s *Service) Close() error {
 func (s *Service) Held() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for _, x := range s.leases {
-		if x.state == StateHeld {
-			n++
-		}
-	}
-	return n
+	return s.held
 }
 
 func (x *lease) view() Lease {
