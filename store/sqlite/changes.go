@@ -20,8 +20,7 @@ func (s *Store) BatchChanges(ctx context.Context, p store.ChangesParams) (store.
 		return store.Changes{}, fmt.Errorf("batch changes: %w", err)
 	}
 	defer tx.Rollback()
-	// The request path's prepared batch read: streams poll every 250 ms.
-	b, err := scanBatch(tx.StmtContext(ctx, s.reads.getBatch).QueryRowContext(ctx, p.BatchID, p.Actor))
+	b, err := scanBatch(tx.QueryRowContext(ctx, getBatchSQL, p.BatchID, p.Actor))
 	if err != nil {
 		return store.Changes{}, interpret(err)
 	}

@@ -76,14 +76,70 @@ func TestCachesMissNotRemembered(t *testing.T) {
 	if bd, err := a.LookupIntent(ctx, "alice", "req"); err != nil || bd.ResourceID != id {
 		t.Fatalf("binding committed by the other store: %+v, %v", bd, err)
 	}
-	if err := a.reads.close(); err != nil {
+	if err := a.read.Close(); err != nil { // no read can reach the database now
 		t.Fatal(err)
 	}
-	a.reads = readStmts{}
 	if actor, err := a.ActorForToken(ctx, hash); err != nil || actor != "alice" {
 		t.Errorf("remembered token: %q, %v", actor, err)
 	}
 	if bd, err := a.LookupIntent(ctx, "alice", "req"); err != nil || bd.ResourceID != id {
 		t.Errorf("remembered binding: %+v, %v", bd, err)
+	}
+}
+
+// TestGetBatchEndedRemembered: a batch read while it can still move is
+// read again every time (here its cancel, committed by a second store on
+// the file as another process would, shows at once); once it has ended,
+// it is answered from memory (the read pool closed, the answer still
+// comes, and it is what the database holds).
+func TestGetBatchEndedRemembered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "studio.db")
+	a, err := Open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	id, err := intent.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := intent.NewIntent{
+		Binding: intent.Binding{Actor: "alice", RequestID: "req", Operation: intent.OpGeneration, Fingerprint: "fp", ResourceID: id},
+		Batch: &intent.NewBatch{ID: id, Prompt: "p", Spec: []byte(`{}`), Tasks: []intent.NewTask{
+			{ID: id + "-1", Collection: "c", Frame: "f", Generator: "g", Candidate: 1},
+			{ID: id + "-2", Collection: "c", Frame: "f", Generator: "g", Candidate: 2}}},
+	}
+	if _, created, err := a.CreateIntent(ctx, in); err != nil || !created {
+		t.Fatalf("CreateIntent: %v, %v", created, err)
+	}
+	if got, err := a.GetBatch(ctx, "alice", id); err != nil || got.State != intent.StateQueued || got.Counts.Queued != 2 {
+		t.Fatalf("new batch: %+v, %v", got, err)
+	}
+	want, err := b.CancelBatch(ctx, "alice", id)
+	if err != nil || want.State != intent.StateCanceled {
+		t.Fatalf("cancel: %+v, %v", want, err)
+	}
+	got, err := a.GetBatch(ctx, "alice", id)
+	if err != nil || got != want {
+		t.Fatalf("after the other store's cancel:\n got %+v, %v\nwant %+v", got, err, want)
+	}
+	if _, err := a.GetBatch(ctx, "bob", id); intent.ErrorCode(err) != intent.ENotFound {
+		t.Errorf("another actor's read: %v, want not found", err)
+	}
+	if err := a.read.Close(); err != nil { // no read can reach the database now
+		t.Fatal(err)
+	}
+	if got, err := a.GetBatch(ctx, "alice", id); err != nil || got != want {
+		t.Errorf("ended batch, remembered:\n got %+v, %v\nwant %+v", got, err, want)
+	}
+	if _, err := a.GetBatch(ctx, "bob", id); err == nil {
+		t.Errorf("another actor's read answered from memory")
 	}
 }

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -19,20 +18,24 @@ func (s *Store) LookupIntent(ctx context.Context, actor, requestID string) (inte
 	if b, ok := s.bindings.get(bindingKey{actor, requestID}); ok {
 		return b, nil
 	}
-	b, err := lookupIntent(pointRead(ctx), s.reads.lookupIntent, actor, requestID)
-	if err == nil {
-		s.bindings.add(bindingKey{actor, requestID}, b)
+	b := intent.Binding{Actor: actor, RequestID: requestID}
+	var created int64
+	if err := readRow(pointRead(ctx), s.read, lookupIntentSQL, []any{actor, requestID},
+		&b.Operation, &b.Fingerprint, &b.ResourceID, &created); err != nil {
+		return intent.Binding{}, interpret(err)
 	}
-	return b, err
+	b.CreatedAt = fromMS(created)
+	s.bindings.add(bindingKey{actor, requestID}, b)
+	return b, nil
 }
 
 // pointRead is the context of a read of one row by its key on the read
 // pool: ctx without its cancellation. Such a read takes microseconds and
 // does not wait for writers (a WAL reader's only wait, on a recovery of
 // the WAL index, is bounded by busy_timeout), while a
-// cancellable context costs it two goroutines, one of database/sql's
-// and one of the driver's, each watching the context for the read's
-// length; the request path makes three such reads. ctx's values stay.
+// cancellable context costs it a goroutine of the driver's, watching the
+// context for the read's length; the request path makes three such
+// reads. ctx's values stay.
 func pointRead(ctx context.Context) context.Context {
 	if ctx.Done() == nil {
 		return ctx
@@ -44,25 +47,8 @@ type queryer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// rowQueryer is a prepared statement or a transaction's copy of one.
-type rowQueryer interface {
-	QueryRowContext(ctx context.Context, args ...any) *sql.Row
-}
-
 const lookupIntentSQL = `SELECT operation, fingerprint, resource_id, created_at
 		FROM intents WHERE actor = ? AND request_id = ?`
-
-func lookupIntent(ctx context.Context, q rowQueryer, actor, requestID string) (intent.Binding, error) {
-	b := intent.Binding{Actor: actor, RequestID: requestID}
-	var created int64
-	err := q.QueryRowContext(ctx, actor, requestID).
-		Scan(&b.Operation, &b.Fingerprint, &b.ResourceID, &created)
-	if err != nil {
-		return intent.Binding{}, interpret(err)
-	}
-	b.CreatedAt = fromMS(created)
-	return b, nil
-}
 
 // CreateIntent commits the binding and its record tree in one IMMEDIATE
 // transaction, after checking the binding again inside it.
@@ -117,7 +103,7 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 	s.bindings.add(bindingKey{b.Actor, b.RequestID}, b)
 	if nb := in.Batch; nb != nil {
 		s.heads.add(nb.ID, batchHead{actor: b.Actor, requestID: b.RequestID, prompt: nb.Prompt,
-			taskCount: len(nb.Tasks), createdAt: fromMS(ms(nb.CreatedAt))})
+			taskCount: len(nb.Tasks), createdAt: fromMS(ms(nb.CreatedAt))}) // a new batch has not ended
 	}
 	return b, true, nil
 }
@@ -157,6 +143,16 @@ const (
 
 type scanner interface{ Scan(dest ...any) error }
 
+// rowReader is the row of a point read on the read pool (readRow).
+type rowReader struct {
+	ctx  context.Context
+	db   *sql.DB
+	q    string
+	args []any
+}
+
+func (r rowReader) Scan(dest ...any) error { return readRow(r.ctx, r.db, r.q, r.args, dest...) }
+
 func scanBatch(r scanner) (intent.Batch, error) {
 	var b intent.Batch
 	// Integers scan into int64: database/sql converts an int64 column into
@@ -186,22 +182,29 @@ func (m moving) apply(b *intent.Batch) {
 }
 
 // GetBatch reads one of the actor's batches. Once its head is
-// remembered, it reads only what moves.
+// remembered, it reads only what moves; once it has ended, nothing.
 func (s *Store) GetBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
-	if h, ok := s.heads.get(id); ok && h.actor == actor {
-		b := intent.Batch{ID: id, Actor: actor, RequestID: h.requestID, Prompt: h.prompt, TaskCount: h.taskCount, CreatedAt: h.createdAt}
-		var m moving
-		if err := s.reads.getCounts.QueryRowContext(pointRead(ctx), id, actor).Scan(m.dest()...); err != nil {
+	h, ok := s.heads.get(id)
+	if !ok || h.actor != actor {
+		b, err := scanBatch(rowReader{pointRead(ctx), s.read, getBatchSQL, []any{id, actor}})
+		if err != nil {
 			return intent.Batch{}, interpret(err)
 		}
-		m.apply(&b)
+		s.heads.add(id, headOf(b))
 		return b, nil
 	}
-	b, err := scanBatch(s.reads.getBatch.QueryRowContext(pointRead(ctx), id, actor))
-	if err != nil {
+	if h.ended != nil {
+		return *h.ended, nil
+	}
+	var m moving
+	if err := readRow(pointRead(ctx), s.read, getCountsSQL, []any{id, actor}, m.dest()...); err != nil {
 		return intent.Batch{}, interpret(err)
 	}
-	s.heads.add(id, batchHead{actor: b.Actor, requestID: b.RequestID, prompt: b.Prompt, taskCount: b.TaskCount, createdAt: b.CreatedAt})
+	b := h.batch(id, m)
+	if hasEnded(b) {
+		h.ended = &b
+		s.heads.add(id, h)
+	}
 	return b, nil
 }
 
@@ -371,7 +374,7 @@ func (s *Store) ActorForToken(ctx context.Context, tokenHash string) (string, er
 		return actor, nil
 	}
 	var actor string
-	if err := s.reads.actorForToken.QueryRowContext(pointRead(ctx), tokenHash).Scan(&actor); err != nil {
+	if err := readRow(pointRead(ctx), s.read, `SELECT actor FROM tokens WHERE hash = ?`, []any{tokenHash}, &actor); err != nil {
 		return "", interpret(err)
 	}
 	s.tokens.add(tokenHash, actor)
@@ -400,41 +403,4 @@ func (s *Store) CreateTokenIfNone(ctx context.Context, actor, tokenHash string) 
 		return false, fmt.Errorf("create first token: %w", err)
 	}
 	return n == 1, nil
-}
-
-// readStmts are the reads on every request's path, prepared once on the
-// read pool (database/sql prepares them again on each connection as
-// needed): a replay is a token, a binding and a batch read, and parsing
-// their SQL each time was half of their cost.
-type readStmts struct {
-	lookupIntent, getBatch, getCounts, actorForToken *sql.Stmt
-}
-
-func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
-	for _, p := range []struct {
-		stmt  **sql.Stmt
-		query string
-	}{
-		{&r.lookupIntent, lookupIntentSQL},
-		{&r.getBatch, getBatchSQL},
-		{&r.getCounts, getCountsSQL},
-		{&r.actorForToken, `SELECT actor FROM tokens WHERE hash = ?`},
-	} {
-		st, err := db.PrepareContext(ctx, p.query)
-		if err != nil {
-			return fmt.Errorf("prepare reads: %w", err)
-		}
-		*p.stmt = st
-	}
-	return nil
-}
-
-func (r *readStmts) close() error {
-	var errs []error
-	for _, st := range []*sql.Stmt{r.lookupIntent, r.getBatch, r.getCounts, r.actorForToken} {
-		if st != nil {
-			errs = append(errs, st.Close())
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -61,8 +61,6 @@ type Store struct {
 	path  string
 	// taskStmts are the worker statements, prepared at first use (tasks.go).
 	taskStmts taskStmts
-	// reads are the request-path reads, prepared at Open (intents.go).
-	reads readStmts
 	// applied names the migrations Open applied.
 	applied []string
 	// bindings, tokens and heads remember what never changes once
@@ -137,16 +135,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	read.SetMaxOpenConns(cfg.ReadConns)
 	read.SetMaxIdleConns(cfg.ReadConns)
 	s.read = read
-	if err := s.reads.prepare(ctx, read); err != nil {
-		s.Close()
-		return nil, err
-	}
 	return s, nil
 }
 
 // Close closes both pools.
 func (s *Store) Close() error {
-	errs := []error{s.reads.close()}
+	var errs []error
 	if s.read != nil {
 		errs = append(errs, s.read.Close())
 	}

@@ -10,7 +10,8 @@ import (
 )
 
 // The intent commit runs on the write connection at the driver's level,
-// below database/sql. Through database/sql, a 12-task commit paid as much
+// below database/sql, and so do the request path's point reads on the
+// read pool (readRow). Through database/sql, a 12-task commit paid as much
 // around its statements as SQLite spent writing the rows: a goroutine and
 // a context per transaction (Tx.awaitDone), BEGIN and COMMIT parsed again
 // each time, and, for a context that can end (every request's), one
@@ -54,7 +55,9 @@ func (c connector) Driver() driver.Driver { return sqliteDriver }
 // looks for pass through.
 type conn struct {
 	driver.Conn
-	stmts map[string]driver.Stmt // only used under database/sql's hold of the connection
+	// Only used under database/sql's hold of the connection:
+	stmts map[string]driver.Stmt
+	args  []driver.NamedValue // the arguments of the statement running
 }
 
 func (c *conn) Close() error {
@@ -92,9 +95,8 @@ func (c *conn) IsValid() bool { return c.Conn.(driver.Validator).IsValid() }
 
 // writeTx is one IMMEDIATE transaction on the write connection.
 type writeTx struct {
-	ctx  context.Context // the caller's, without its cancellation
-	c    *conn
-	args []driver.NamedValue
+	ctx context.Context // the caller's, without its cancellation
+	c   *conn
 }
 
 // inWriteTx runs f in one IMMEDIATE transaction on the write connection
@@ -110,7 +112,7 @@ func inWriteTx(ctx context.Context, db *sql.DB, f func(*writeTx) error) error {
 	defer c.Close()
 	return c.Raw(func(dc any) (err error) {
 		t := &writeTx{ctx: context.WithoutCancel(ctx), c: dc.(*conn)}
-		st, err := t.stmt("BEGIN IMMEDIATE")
+		st, err := t.c.stmt(t.ctx, "BEGIN IMMEDIATE")
 		if err != nil {
 			return err
 		}
@@ -144,22 +146,48 @@ func inWriteTx(ctx context.Context, db *sql.DB, f func(*writeTx) error) error {
 	})
 }
 
+// exec runs q with args and answers how many rows it changed.
+func (t *writeTx) exec(q string, args ...any) (int64, error) {
+	return t.c.exec(t.ctx, q, args)
+}
+
+// queryRow runs q with args and scans its first row into dest (see
+// conn.queryRow).
+func (t *writeTx) queryRow(q string, args []any, dest ...any) error {
+	return t.c.queryRow(t.ctx, q, args, dest...)
+}
+
+// readRow runs q with args on a connection of the read pool db, below
+// database/sql like the intent commit, and scans its first row into dest
+// (see conn.queryRow). The request path's point reads (a token, a
+// binding, a batch) go through it: through database/sql each one paid a
+// quarter of its time around SQLite (the pool's statement look-up, Rows
+// and its locks, Scan's conversions by reflection).
+func readRow(ctx context.Context, db *sql.DB, q string, args []any, dest ...any) error {
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Raw(func(dc any) error { return dc.(*conn).queryRow(ctx, q, args, dest...) })
+}
+
 // stmt answers the prepared statement of q, preparing it at first use.
-func (t *writeTx) stmt(q string) (driver.Stmt, error) {
-	if st := t.c.stmts[q]; st != nil {
+func (c *conn) stmt(ctx context.Context, q string) (driver.Stmt, error) {
+	if st := c.stmts[q]; st != nil {
 		return st, nil
 	}
-	st, err := t.c.PrepareContext(t.ctx, q)
+	st, err := c.PrepareContext(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("prepare: %w", err)
 	}
-	t.c.stmts[q] = st
+	c.stmts[q] = st
 	return st, nil
 }
 
-// bind sets t.args to args, as the driver takes them.
-func (t *writeTx) bind(args []any) error {
-	t.args = t.args[:0]
+// bind sets c.args to args, as the driver takes them.
+func (c *conn) bind(args []any) error {
+	c.args = c.args[:0]
 	for i, a := range args {
 		switch v := a.(type) {
 		case int:
@@ -168,21 +196,21 @@ func (t *writeTx) bind(args []any) error {
 		default:
 			return fmt.Errorf("argument %d: unsupported type %T", i+1, a)
 		}
-		t.args = append(t.args, driver.NamedValue{Ordinal: i + 1, Value: a})
+		c.args = append(c.args, driver.NamedValue{Ordinal: i + 1, Value: a})
 	}
 	return nil
 }
 
 // exec runs q with args and answers how many rows it changed.
-func (t *writeTx) exec(q string, args ...any) (int64, error) {
-	st, err := t.stmt(q)
+func (c *conn) exec(ctx context.Context, q string, args []any) (int64, error) {
+	st, err := c.stmt(ctx, q)
 	if err != nil {
 		return 0, err
 	}
-	if err := t.bind(args); err != nil {
+	if err := c.bind(args); err != nil {
 		return 0, err
 	}
-	res, err := st.(driver.StmtExecContext).ExecContext(t.ctx, t.args)
+	res, err := st.(driver.StmtExecContext).ExecContext(ctx, c.args)
 	if err != nil {
 		return 0, err
 	}
@@ -191,15 +219,15 @@ func (t *writeTx) exec(q string, args ...any) (int64, error) {
 
 // queryRow runs q with args and scans its first row into dest (each a
 // *string or *int64); no row is sql.ErrNoRows.
-func (t *writeTx) queryRow(q string, args []any, dest ...any) error {
-	st, err := t.stmt(q)
+func (c *conn) queryRow(ctx context.Context, q string, args []any, dest ...any) error {
+	st, err := c.stmt(ctx, q)
 	if err != nil {
 		return err
 	}
-	if err := t.bind(args); err != nil {
+	if err := c.bind(args); err != nil {
 		return err
 	}
-	rows, err := st.(driver.StmtQueryContext).QueryContext(t.ctx, t.args)
+	rows, err := st.(driver.StmtQueryContext).QueryContext(ctx, c.args)
 	if err != nil {
 		return err
 	}
