@@ -61,43 +61,11 @@ var taskInsertSQLs = sync.OnceValue(func() []string {
 })
 
 // cacheEntries bounds each of the store's caches (bindings, tokens,
-// batch heads).
+// batch heads). They remember values that never change once committed,
+// by this process or any other on the file, so a remembered one is
+// always current. Only committed values go in (after the commit, or read
+// from the database); a miss reads the database.
 const cacheEntries = 1 << 14
-
-// cache remembers values that never change once committed, by this
-// process or any other on the file: a request id's binding, a token's
-// actor, a batch's head. A remembered one is so always current. Only
-// committed values go in (after the commit, or read from the database);
-// a miss reads the database. At most max entries; when full, an
-// arbitrary one makes room.
-type cache[K comparable, V any] struct {
-	mu  sync.Mutex
-	m   map[K]V
-	max int
-}
-
-func newCache[K comparable, V any](max int) *cache[K, V] {
-	return &cache[K, V]{m: make(map[K]V), max: max}
-}
-
-func (c *cache[K, V]) get(k K) (V, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v, ok := c.m[k]
-	return v, ok
-}
-
-func (c *cache[K, V]) add(k K, v V) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.m[k]; !ok && len(c.m) >= c.max {
-		for old := range c.m {
-			delete(c.m, old)
-			break
-		}
-	}
-	c.m[k] = v
-}
 
 // bindingKey names a binding.
 type bindingKey struct{ actor, requestID string }

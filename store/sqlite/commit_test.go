@@ -2,34 +2,12 @@ package sqlite
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"studio/intent"
 )
-
-// TestCachesBounded: a cache keeps at most its bound, and what it
-// answers is what was put in.
-func TestCachesBounded(t *testing.T) {
-	t.Parallel()
-	c := newCache[bindingKey, intent.Binding](8)
-	for i := 0; i < 100; i++ {
-		c.add(bindingKey{"a", fmt.Sprint(i)}, intent.Binding{Actor: "a", RequestID: fmt.Sprint(i), ResourceID: fmt.Sprint("r", i)})
-	}
-	if len(c.m) != 8 {
-		t.Fatalf("size %d, want 8", len(c.m))
-	}
-	if b, ok := c.get(bindingKey{"a", "99"}); !ok || b.ResourceID != "r99" {
-		t.Errorf("the last binding added: %+v, %v", b, ok)
-	}
-	for k, b := range c.m {
-		if b.RequestID != k.requestID || b.ResourceID != "r"+k.requestID {
-			t.Errorf("entry %v holds %+v", k, b)
-		}
-	}
-}
 
 // TestCachesMissNotRemembered: a token or binding not found is asked
 // again, so one created since (here by a second store on the file, as

@@ -15,7 +15,7 @@ var _ store.Store = (*Store)(nil)
 // LookupIntent is the plain read of a binding, outside any transaction.
 // A binding found once is remembered (it never changes).
 func (s *Store) LookupIntent(ctx context.Context, actor, requestID string) (intent.Binding, error) {
-	if b, ok := s.bindings.get(bindingKey{actor, requestID}); ok {
+	if b, ok := s.bindings.Get(bindingKey{actor, requestID}); ok {
 		return b, nil
 	}
 	b := intent.Binding{Actor: actor, RequestID: requestID}
@@ -25,7 +25,7 @@ func (s *Store) LookupIntent(ctx context.Context, actor, requestID string) (inte
 		return intent.Binding{}, interpret(err)
 	}
 	b.CreatedAt = fromMS(created)
-	s.bindings.add(bindingKey{actor, requestID}, b)
+	s.bindings.Add(bindingKey{actor, requestID}, b)
 	return b, nil
 }
 
@@ -94,15 +94,15 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 		if found.Operation != b.Operation || found.Fingerprint != b.Fingerprint {
 			return intent.Binding{}, false, &intent.Error{Code: intent.EConflict, Message: intent.ConflictMessage}
 		}
-		s.bindings.add(bindingKey{found.Actor, found.RequestID}, found)
+		s.bindings.Add(bindingKey{found.Actor, found.RequestID}, found)
 		return found, false, nil
 	}
 	// As stored (milliseconds), so this process's look-ups answer what
 	// another process or a restart reads.
 	b.CreatedAt = fromMS(now)
-	s.bindings.add(bindingKey{b.Actor, b.RequestID}, b)
+	s.bindings.Add(bindingKey{b.Actor, b.RequestID}, b)
 	if nb := in.Batch; nb != nil {
-		s.heads.add(nb.ID, batchHead{actor: b.Actor, requestID: b.RequestID, prompt: nb.Prompt,
+		s.heads.Add(nb.ID, batchHead{actor: b.Actor, requestID: b.RequestID, prompt: nb.Prompt,
 			taskCount: len(nb.Tasks), createdAt: fromMS(ms(nb.CreatedAt))}) // a new batch has not ended
 	}
 	return b, true, nil
@@ -184,13 +184,13 @@ func (m moving) apply(b *intent.Batch) {
 // GetBatch reads one of the actor's batches. Once its head is
 // remembered, it reads only what moves; once it has ended, nothing.
 func (s *Store) GetBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
-	h, ok := s.heads.get(id)
+	h, ok := s.heads.Get(id)
 	if !ok || h.actor != actor {
 		b, err := scanBatch(rowReader{pointRead(ctx), s.read, getBatchSQL, []any{id, actor}})
 		if err != nil {
 			return intent.Batch{}, interpret(err)
 		}
-		s.heads.add(id, headOf(b))
+		s.heads.Add(id, headOf(b))
 		return b, nil
 	}
 	if h.ended != nil {
@@ -203,7 +203,7 @@ func (s *Store) GetBatch(ctx context.Context, actor, id string) (intent.Batch, e
 	b := h.batch(id, m)
 	if hasEnded(b) {
 		h.ended = &b
-		s.heads.add(id, h)
+		s.heads.Add(id, h)
 	}
 	return b, nil
 }
@@ -370,14 +370,14 @@ func (s *Store) CreateToken(ctx context.Context, actor, tokenHash string) error 
 // once is remembered: tokens are never deleted nor given to another actor.
 // One not found is asked again every time (another process may create it).
 func (s *Store) ActorForToken(ctx context.Context, tokenHash string) (string, error) {
-	if actor, ok := s.tokens.get(tokenHash); ok {
+	if actor, ok := s.tokens.Get(tokenHash); ok {
 		return actor, nil
 	}
 	var actor string
 	if err := readRow(pointRead(ctx), s.read, `SELECT actor FROM tokens WHERE hash = ?`, []any{tokenHash}, &actor); err != nil {
 		return "", interpret(err)
 	}
-	s.tokens.add(tokenHash, actor)
+	s.tokens.Add(tokenHash, actor)
 	return actor, nil
 }
 

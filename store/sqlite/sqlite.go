@@ -26,6 +26,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"studio/intent"
+	"studio/internal/memo"
 	"studio/migrations"
 	"studio/store"
 )
@@ -66,9 +67,9 @@ type Store struct {
 	// bindings, tokens and heads remember what never changes once
 	// written: a request id's binding, a token's actor, a batch's head
 	// (commit.go).
-	bindings *cache[bindingKey, intent.Binding]
-	tokens   *cache[string, string] // token hash -> actor
-	heads    *cache[string, batchHead]
+	bindings *memo.Map[bindingKey, intent.Binding]
+	tokens   *memo.Map[string, string] // token hash -> actor
+	heads    *memo.Map[string, batchHead]
 	// changes wakes this process's readers of batch changes (WatchBatch).
 	changes store.ChangeSignal
 }
@@ -125,8 +126,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	write.SetConnMaxIdleTime(0)
 	write.SetConnMaxLifetime(0)
 	s := &Store{write: write, now: cfg.Now, path: cfg.Path,
-		bindings: newCache[bindingKey, intent.Binding](cacheEntries), tokens: newCache[string, string](cacheEntries),
-		heads: newCache[string, batchHead](cacheEntries)}
+		bindings: memo.New[bindingKey, intent.Binding](cacheEntries), tokens: memo.New[string, string](cacheEntries),
+		heads: memo.New[string, batchHead](cacheEntries)}
 	if err := s.migrate(ctx); err != nil {
 		write.Close()
 		return nil, err
