@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"mime"
@@ -13,21 +14,74 @@ import (
 
 // createGeneration is POST /v1/generations.
 func (s *Server) createGeneration(w http.ResponseWriter, r *http.Request) {
-	serveIntent(s, w, r, intent.DecodeGeneration,
-		func(ctx context.Context, actor, requestID string, in intent.GenerationInput) (any, string, bool, error) {
+	serveIntent(s, w, r, intentRoute[intent.GenerationInput]{
+		op:     intent.OpGeneration,
+		decode: intent.DecodeGeneration,
+		create: func(ctx context.Context, actor, requestID string, in intent.GenerationInput) (intentAnswer, error) {
 			res, err := s.gens.CreateGeneration(ctx, actor, requestID, in)
-			return res.Batch, batchLocation(res.Batch.ID), res.Replayed, err
-		})
+			return generationAnswer(res), err
+		},
+		replay: func(ctx context.Context, actor, requestID, fp string) (intentAnswer, bool, error) {
+			res, ok, err := s.gens.ReplayGeneration(ctx, actor, requestID, fp)
+			return generationAnswer(res), ok, err
+		},
+	})
 }
+
+func generationAnswer(res intent.GenerationResult) intentAnswer {
+	return intentAnswer{record: res.Batch, location: batchLocation(res.Batch.ID), replayed: res.Replayed, fingerprint: res.Fingerprint}
+}
+
+// intentRoute is one intent operation as serveIntent serves it.
+type intentRoute[In any] struct {
+	op     string // intent.OpGeneration or intent.OpPublication
+	decode func(body []byte) (requestID string, requestIDSet bool, in In, err error)
+	// create runs the decoded input; replay answers a retry by the
+	// fingerprint of its input alone, or says (ok false) that it cannot.
+	create func(ctx context.Context, actor, requestID string, in In) (intentAnswer, error)
+	replay func(ctx context.Context, actor, requestID, fp string) (a intentAnswer, ok bool, err error)
+}
+
+// intentAnswer is a created or replayed record, as serveIntent answers it.
+type intentAnswer struct {
+	record      any
+	location    string
+	replayed    bool
+	fingerprint string // of the input; "" when the service gives none
+}
+
+// bodyKey names a body an actor sent to an intent operation.
+type bodyKey struct {
+	op, actor string
+	sum       [sha256.Size]byte
+}
+
+// seenBody is what a body came to when it was answered: its request id,
+// as the body has it, and the fingerprint of its input.
+type seenBody struct {
+	requestID    string
+	requestIDSet bool
+	fingerprint  string
+}
+
+// seenBodies bounds Server.bodies: at most this many bodies are
+// remembered (a few hundred bytes each).
+const seenBodies = 1 << 14
 
 // serveIntent answers an intent POST (a generation, a publication) in the
 // order the contract fixes: 415 (media type), 413 (size, while reading),
 // 400 (body and request id), and only then create (409, 422); then 201
 // with Location, or 200 with Idempotent-Replayed for a replay.
-func serveIntent[In any](s *Server, w http.ResponseWriter, r *http.Request,
-	decode func(body []byte) (requestID string, requestIDSet bool, in In, err error),
-	create func(ctx context.Context, actor, requestID string, in In) (record any, location string, replayed bool, err error),
-) {
+//
+// A retry sends the same bytes again, so a body answered once is
+// remembered (Server.bodies) with its request id and fingerprint, both
+// functions of the bytes alone (and of the actor, for the fingerprint).
+// The same bytes again skip the decode and the fingerprint: route.replay
+// answers from the binding, when it is bound with that fingerprint. When
+// it is not (an Idempotency-Key header naming an id not bound, or bound
+// to other input), the request goes the whole way, which answers it as
+// it would have without the memory.
+func serveIntent[In any](s *Server, w http.ResponseWriter, r *http.Request, route intentRoute[In]) {
 	if err := requireJSON(r); err != nil {
 		s.Error(w, r, err)
 		return
@@ -37,7 +91,27 @@ func serveIntent[In any](s *Server, w http.ResponseWriter, r *http.Request,
 		s.Error(w, r, err)
 		return
 	}
-	bodyID, bodySet, in, err := decode(body)
+	actor, _ := ActorFrom(r.Context())
+	key := bodyKey{op: route.op, actor: actor, sum: sha256.Sum256(body)}
+	if seen, ok := s.bodies.Get(key); ok {
+		requestID, err := requestIDOf(r, seen.requestID, seen.requestIDSet)
+		if err != nil {
+			s.Error(w, r, err)
+			return
+		}
+		a, ok, err := route.replay(r.Context(), actor, requestID, seen.fingerprint)
+		if err != nil {
+			noteRequestID(r.Context(), requestID)
+			s.Error(w, r, err)
+			return
+		}
+		if ok {
+			noteRequestID(r.Context(), requestID)
+			s.answerIntent(w, r, a)
+			return
+		}
+	}
+	bodyID, bodySet, in, err := route.decode(body)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -48,19 +122,27 @@ func serveIntent[In any](s *Server, w http.ResponseWriter, r *http.Request,
 		return
 	}
 	noteRequestID(r.Context(), requestID)
-	actor, _ := ActorFrom(r.Context())
-	record, location, replayed, err := create(r.Context(), actor, requestID, in)
+	a, err := route.create(r.Context(), actor, requestID, in)
 	if err != nil {
 		s.Error(w, r, err)
 		return
 	}
-	if replayed {
+	if a.fingerprint != "" {
+		s.bodies.Add(key, seenBody{requestID: bodyID, requestIDSet: bodySet, fingerprint: a.fingerprint})
+	}
+	s.answerIntent(w, r, a)
+}
+
+// answerIntent writes a created (201, Location) or replayed (200,
+// Idempotent-Replayed) record.
+func (s *Server) answerIntent(w http.ResponseWriter, r *http.Request, a intentAnswer) {
+	if a.replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
-		s.ok(w, r, http.StatusOK, record)
+		s.ok(w, r, http.StatusOK, a.record)
 		return
 	}
-	w.Header().Set("Location", location)
-	s.ok(w, r, http.StatusCreated, record)
+	w.Header().Set("Location", a.location)
+	s.ok(w, r, http.StatusCreated, a.record)
 }
 
 // batchLocation is the path of a batch.

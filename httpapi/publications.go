@@ -15,6 +15,7 @@ import (
 // it.
 type Publications interface {
 	CreatePublication(ctx context.Context, actor, requestID string, in intent.PublicationInput) (intent.PublicationResult, error)
+	ReplayPublication(ctx context.Context, actor, requestID, fingerprint string) (res intent.PublicationResult, ok bool, err error)
 	GetPublication(ctx context.Context, actor, id string) (intent.Publication, error)
 }
 
@@ -26,11 +27,23 @@ func (s *Server) createPublication(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, intent.Errorf(intent.EUnavailable, "Publications are not served by this process."))
 		return
 	}
-	serveIntent(s, w, r, intent.DecodePublication,
-		func(ctx context.Context, actor, requestID string, in intent.PublicationInput) (any, string, bool, error) {
+	serveIntent(s, w, r, intentRoute[intent.PublicationInput]{
+		op:     intent.OpPublication,
+		decode: intent.DecodePublication,
+		create: func(ctx context.Context, actor, requestID string, in intent.PublicationInput) (intentAnswer, error) {
 			res, err := s.pubs.CreatePublication(ctx, actor, requestID, in)
-			return res.Publication, "/v1/publications/" + url.PathEscape(res.Publication.ID), res.Replayed, err
-		})
+			return publicationAnswer(res), err
+		},
+		replay: func(ctx context.Context, actor, requestID, fp string) (intentAnswer, bool, error) {
+			res, ok, err := s.pubs.ReplayPublication(ctx, actor, requestID, fp)
+			return publicationAnswer(res), ok, err
+		},
+	})
+}
+
+func publicationAnswer(res intent.PublicationResult) intentAnswer {
+	return intentAnswer{record: res.Publication, location: "/v1/publications/" + url.PathEscape(res.Publication.ID),
+		replayed: res.Replayed, fingerprint: res.Fingerprint}
 }
 
 // getPublication is GET /v1/publications/{id}.

@@ -14,12 +14,17 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"studio/intent"
+	"studio/internal/memo"
 	"studio/store"
 )
 
 // Generations runs generation intents: intent.Service implements it.
 type Generations interface {
 	CreateGeneration(ctx context.Context, actor, requestID string, in intent.GenerationInput) (intent.GenerationResult, error)
+	// ReplayGeneration answers a retry by the fingerprint a
+	// CreateGeneration answer carried, or says (ok false) that it cannot:
+	// the request then goes to CreateGeneration.
+	ReplayGeneration(ctx context.Context, actor, requestID, fingerprint string) (res intent.GenerationResult, ok bool, err error)
 }
 
 // Store is what the API needs of the store: the reads it answers, the
@@ -152,6 +157,9 @@ type Server struct {
 	catalogs  Catalogs
 	ui        http.Handler
 	router    *chi.Mux
+	// bodies remembers what intent bodies already answered came to
+	// (serveIntent).
+	bodies *memo.Map[bodyKey, seenBody]
 
 	events      Events
 	streamsDone chan struct{} // closed by EndStreams
@@ -207,6 +215,7 @@ func New(cfg Config) (*Server, error) {
 		observe:   cfg.Observe,
 		catalogs:  cfg.Catalogs,
 		ui:        cfg.UI,
+		bodies:    memo.New[bodyKey, seenBody](seenBodies),
 
 		events:      cfg.Events,
 		streamsDone: make(chan struct{}),

@@ -277,6 +277,10 @@ func (f failingGens) CreateGeneration(ctx context.Context, actor, requestID stri
 	return intent.GenerationResult{}, f.err
 }
 
+func (f failingGens) ReplayGeneration(ctx context.Context, actor, requestID, fp string) (intent.GenerationResult, bool, error) {
+	return intent.GenerationResult{}, false, nil
+}
+
 // TestErrorMapping: each domain code answers its status; internal errors
 // are logged with their details and answered without them.
 func TestErrorMapping(t *testing.T) {

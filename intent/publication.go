@@ -37,6 +37,9 @@ type PublicationResult struct {
 	// Replayed is true when the request id was already bound to this
 	// input: nothing was written, and Publication is the record made then.
 	Replayed bool
+	// Fingerprint is the input's: ReplayPublication takes it to answer a
+	// retry of the same input without the input.
+	Fingerprint string
 }
 
 // maxNamedInDetail bounds how many refused asset ids a 422 detail lists
@@ -105,7 +108,27 @@ func (s *Service) CreatePublication(ctx context.Context, actor, requestID string
 	if err != nil {
 		return res, fmt.Errorf("read publication: %w", err)
 	}
-	return PublicationResult{Publication: p, Replayed: !created}, nil
+	return PublicationResult{Publication: p, Replayed: !created, Fingerprint: fp}, nil
+}
+
+// ReplayPublication is ReplayGeneration for publications: the
+// publication bound to requestID when it is bound with fingerprint fp
+// (PublicationResult.Fingerprint); otherwise ok is false, and the caller
+// goes on to CreatePublication.
+func (s *Service) ReplayPublication(ctx context.Context, actor, requestID, fp string) (res PublicationResult, ok bool, err error) {
+	if s.Publications == nil {
+		return res, false, nil
+	}
+	b, ok := s.replay(ctx, actor, requestID, OpPublication, fp)
+	if !ok {
+		return res, false, nil
+	}
+	defer func() { s.observe(OpPublication, true, err) }()
+	p, err := s.Publications.GetPublication(ctx, actor, b.ResourceID)
+	if err != nil {
+		return res, true, fmt.Errorf("read publication: %w", err)
+	}
+	return PublicationResult{Publication: p, Replayed: true, Fingerprint: fp}, true, nil
 }
 
 // GetPublication reads one of the actor's publications.

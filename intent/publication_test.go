@@ -54,6 +54,15 @@ func TestPublicationCreateReplayConflict(t *testing.T) {
 	if err != nil || !again.Replayed || again.Publication.ID != p.ID {
 		t.Fatalf("replay: %+v %v", again, err)
 	}
+	// The same retry by the fingerprint the first answer carried; not by a
+	// generation's id, nor by another fingerprint.
+	byFP, ok, err := r.svc.ReplayPublication(ctx, "alice", "pub-1", first.Fingerprint)
+	if err != nil || !ok || byFP != again {
+		t.Fatalf("replay by fingerprint: %+v %v %v, want %+v", byFP, ok, err, again)
+	}
+	if _, ok, err := r.svc.ReplayPublication(ctx, "alice", "pub-1", strings.Repeat("0", 64)); ok || err != nil {
+		t.Fatalf("another fingerprint: %v %v", ok, err)
+	}
 	// The same input spelled differently (upper-case ids, the channel
 	// omitted) is the same fingerprint: a replay.
 	upper := r.input(r.assets...)

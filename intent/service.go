@@ -50,6 +50,9 @@ type GenerationResult struct {
 	// Replayed is true when the request id was already bound to this input:
 	// nothing was planned or written, and Batch is the record made then.
 	Replayed bool
+	// Fingerprint is the input's: ReplayGeneration takes it to answer a
+	// retry of the same input without the input.
+	Fingerprint string
 }
 
 // CreateGeneration runs a validated, normalized generation input under the
@@ -92,7 +95,42 @@ func (s *Service) CreateGeneration(ctx context.Context, actor, requestID string,
 	if err != nil {
 		return res, fmt.Errorf("read batch: %w", err)
 	}
-	return GenerationResult{Batch: batch, Replayed: !created}, nil
+	return GenerationResult{Batch: batch, Replayed: !created, Fingerprint: fp}, nil
+}
+
+// ReplayGeneration answers a retry of an input whose fingerprint the
+// caller kept from an earlier answer (GenerationResult.Fingerprint) for
+// the same actor, without the input: when requestID is bound to a
+// generation with that fingerprint, the batch, replayed, as
+// CreateGeneration would answer it. Otherwise (the id is not bound, or
+// bound to other input) ok is false and nothing is observed: the caller
+// goes on to CreateGeneration with the input, which answers those.
+func (s *Service) ReplayGeneration(ctx context.Context, actor, requestID, fp string) (res GenerationResult, ok bool, err error) {
+	b, ok := s.replay(ctx, actor, requestID, OpGeneration, fp)
+	if !ok {
+		return res, false, nil
+	}
+	defer func() { s.observe(OpGeneration, true, err) }()
+	batch, err := s.Store.GetBatch(ctx, actor, b.ResourceID)
+	if err != nil {
+		return res, true, fmt.Errorf("read batch: %w", err)
+	}
+	return GenerationResult{Batch: batch, Replayed: true, Fingerprint: fp}, true, nil
+}
+
+// replay is the plain read of ReplayGeneration and ReplayPublication: the
+// binding of requestID when it is bound to op with fingerprint fp. Any
+// other answer, a failed read included, sends the caller the whole way,
+// which reads again and answers it.
+func (s *Service) replay(ctx context.Context, actor, requestID, op, fp string) (Binding, bool) {
+	if fp == "" || ValidateRequestID(requestID) != nil {
+		return Binding{}, false
+	}
+	b, err := s.Store.LookupIntent(ctx, actor, requestID)
+	if err != nil || b.Operation != op || b.Fingerprint != fp {
+		return Binding{}, false
+	}
+	return b, true
 }
 
 // bind answers a request id: a replay or a conflict when it is bound, else

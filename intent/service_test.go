@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -320,5 +321,58 @@ func TestBadRequestIDIsInvalid(t *testing.T) {
 	}
 	if p.calls.Load() != 0 {
 		t.Fatal("an invalid id reached the planner")
+	}
+}
+
+// TestReplayByFingerprint: ReplayGeneration answers, by the fingerprint a
+// CreateGeneration answer carried, exactly the replay CreateGeneration
+// gives, and is observed as one; an id not bound, bound to other input,
+// to another actor or to a publication is not its to answer (ok false,
+// nothing observed, nothing planned).
+func TestReplayByFingerprint(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, filepath.Join(t.TempDir(), "s.db"))
+	p := &countingPlanner{}
+	svc := newService(t, s, p)
+	var outcomes []intent.Outcome
+	svc.Observe = func(op string, o intent.Outcome) { outcomes = append(outcomes, o) }
+	ctx := context.Background()
+	first, err := svc.CreateGeneration(ctx, "alice", "req-1", input("f01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := intent.Fingerprint("alice", intent.OpGeneration, input("f01"))
+	if err != nil || first.Fingerprint != want {
+		t.Fatalf("fingerprint %q (%v), want %q", first.Fingerprint, err, want)
+	}
+	other, err := svc.CreateGeneration(ctx, "alice", "req-2", input("f02"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := svc.ReplayGeneration(ctx, "alice", "req-1", first.Fingerprint)
+	again, _ := svc.CreateGeneration(ctx, "alice", "req-1", input("f01"))
+	if err != nil || !ok || got != again || !got.Replayed {
+		t.Fatalf("replay by fingerprint: %+v, %v, %v; the whole way: %+v", got, ok, err, again)
+	}
+	for _, c := range []struct{ name, actor, id, fp string }{
+		{"not bound", "alice", "req-3", first.Fingerprint},
+		{"bound to other input", "alice", "req-2", first.Fingerprint},
+		{"another actor", "bob", "req-1", first.Fingerprint},
+		{"no fingerprint", "alice", "req-1", ""},
+		{"a bad id", "alice", "", first.Fingerprint},
+	} {
+		if res, ok, err := svc.ReplayGeneration(ctx, c.actor, c.id, c.fp); ok || err != nil || res.Batch.ID != "" {
+			t.Errorf("%s: %+v, %v, %v; want not ok", c.name, res, ok, err)
+		}
+	}
+	if _, ok, _ := svc.ReplayGeneration(ctx, "alice", "req-2", other.Fingerprint); !ok {
+		t.Errorf("req-2 by its own fingerprint: not ok")
+	}
+	wantOutcomes := []intent.Outcome{intent.OutcomeCreated, intent.OutcomeCreated, intent.OutcomeReplayed, intent.OutcomeReplayed, intent.OutcomeReplayed}
+	if !slices.Equal(outcomes, wantOutcomes) {
+		t.Errorf("observed %v, want %v", outcomes, wantOutcomes)
+	}
+	if n := p.calls.Load(); n != 2 {
+		t.Errorf("planned %d times, want 2", n)
 	}
 }

@@ -85,9 +85,23 @@ type loggedService struct {
 func (s loggedService) CreateGeneration(ctx context.Context, actor, requestID string, in intent.GenerationInput) (intent.GenerationResult, error) {
 	start := time.Now()
 	res, err := s.Service.CreateGeneration(ctx, actor, requestID, in)
-	if err != nil {
-		return res, err
+	if err == nil {
+		s.logBatch(ctx, res, actor, requestID, start)
 	}
+	return res, err
+}
+
+// ReplayGeneration runs the service and logs the batch it replays.
+func (s loggedService) ReplayGeneration(ctx context.Context, actor, requestID, fp string) (intent.GenerationResult, bool, error) {
+	start := time.Now()
+	res, ok, err := s.Service.ReplayGeneration(ctx, actor, requestID, fp)
+	if ok && err == nil {
+		s.logBatch(ctx, res, actor, requestID, start)
+	}
+	return res, ok, err
+}
+
+func (s loggedService) logBatch(ctx context.Context, res intent.GenerationResult, actor, requestID string, start time.Time) {
 	msg := "batch created"
 	if res.Replayed {
 		msg = "batch replayed"
@@ -98,7 +112,6 @@ func (s loggedService) CreateGeneration(ctx context.Context, actor, requestID st
 		slog.String("request_id", requestID),
 		slog.Int("tasks", res.Batch.TaskCount),
 		slog.Float64("duration_ms", msSince(start)))
-	return res, nil
 }
 
 // blobWriter adapts the blob store to the Uploads port.
