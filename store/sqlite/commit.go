@@ -9,7 +9,7 @@ import (
 )
 
 // The intent commit's statements, prepared once on the write connection
-// and kept (writetx.go): parsing them anew in every commit cost as much
+// and kept (conn.go): parsing them anew in every commit cost as much
 // as running them.
 
 const (

@@ -118,7 +118,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		return "file:" + cfg.Path + "?" + q.Encode()
 	}
-	// The pools' connections are conns (writetx.go): what inWriteTx
+	// The pools' connections are conns (conn.go): what inWriteTx
 	// prepares on the write one lives and goes with it.
 	write := openDB(dsn() + "&_txlock=immediate")
 	write.SetMaxOpenConns(1)
