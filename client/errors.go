@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"studio/internal/retryafter"
 )
 
 // ErrUnreachable is wrapped by the error of a call whose every try failed
@@ -94,28 +96,6 @@ func errorFrom(status int, h http.Header, body []byte) *Error {
 		}
 		e.Detail = d
 	}
-	e.RetryAfter = parseRetryAfter(h.Get("Retry-After"), time.Now())
+	e.RetryAfter, _ = retryafter.Parse(h.Get("Retry-After"), time.Now())
 	return e
-}
-
-// parseRetryAfter reads Retry-After: delay-seconds or an HTTP date (RFC
-// 9110, 10.2.3); 0 when absent or not valid.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	var secs int64
-	if _, err := fmt.Sscanf(v, "%d", &secs); err == nil && fmt.Sprint(secs) == v {
-		if secs < 0 {
-			return 0
-		}
-		return time.Duration(secs) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return d
-		}
-	}
-	return 0
 }

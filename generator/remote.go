@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"studio/internal/retryafter"
 )
 
 // Limits of the remote generators' answers and waits.
@@ -224,14 +226,8 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 			d = time.Duration(min(v, float64(maxRetryAfter/time.Millisecond)) * float64(time.Millisecond))
 		}
 	}
-	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" && d == 0 {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			if n > 0 {
-				d = time.Duration(min(n, int64(maxRetryAfter/time.Second))) * time.Second
-			}
-		} else if t, err := http.ParseTime(v); err == nil {
-			d = t.Sub(now)
-		}
+	if d == 0 {
+		d, _ = retryafter.Parse(h.Get("Retry-After"), now)
 	}
 	return max(0, min(d, maxRetryAfter))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"studio/store"
 )
@@ -39,4 +40,38 @@ func Permanent(err error) error {
 func IsPermanent(err error) bool {
 	var p permanentError
 	return errors.As(err, &p)
+}
+
+// MaxRetryAfter bounds how long a receiver's Retry-After may push an
+// item's next attempt back.
+const MaxRetryAfter = time.Hour
+
+// retryLaterError is a transient failure whose receiver said how long to
+// wait (a 429 or 503 with Retry-After).
+type retryLaterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e retryLaterError) Error() string { return e.err.Error() }
+func (e retryLaterError) Unwrap() error { return e.err }
+
+// RetryLater marks err as transient with the wait the receiver asked
+// for: the item's next attempt comes no sooner than after (bounded by
+// MaxRetryAfter), however short its backoff would be.
+func RetryLater(err error, after time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return retryLaterError{err, after}
+}
+
+// RetryAfter answers the wait err asks for, when it was marked with
+// RetryLater.
+func RetryAfter(err error) (time.Duration, bool) {
+	var r retryLaterError
+	if errors.As(err, &r) && r.after > 0 {
+		return min(r.after, MaxRetryAfter), true
+	}
+	return 0, false
 }

@@ -174,6 +174,9 @@ type receiver struct {
 	// answer picks the status of the nth delivery (0-based) of an item.
 	answer func(itemID string, nth int) int
 	srv    *httptest.Server
+	// retryAfter, when set, is the Retry-After of every answer that is
+	// not a 2xx (setRetryAfter).
+	retryAfter string
 }
 
 type delivery struct {
@@ -181,6 +184,7 @@ type delivery struct {
 	attempt string
 	raw     string
 	body    publish.Delivery
+	at      time.Time
 }
 
 func newReceiver(t *testing.T, answer func(itemID string, nth int) int) *receiver {
@@ -200,16 +204,27 @@ func newReceiver(t *testing.T, answer func(itemID string, nth int) int) *receive
 				nth++
 			}
 		}
-		rc.deliveries = append(rc.deliveries, delivery{key: r.Header.Get("Idempotency-Key"), attempt: r.Header.Get(publish.AttemptHeader), raw: string(raw), body: d})
+		rc.deliveries = append(rc.deliveries, delivery{key: r.Header.Get("Idempotency-Key"), attempt: r.Header.Get(publish.AttemptHeader),
+			raw: string(raw), body: d, at: time.Now()})
+		retryAfter := rc.retryAfter
 		rc.mu.Unlock()
 		status := http.StatusOK
 		if rc.answer != nil {
 			status = rc.answer(d.ItemID, nth)
 		}
+		if retryAfter != "" && (status < 200 || status > 299) {
+			w.Header().Set("Retry-After", retryAfter)
+		}
 		w.WriteHeader(status)
 	}))
 	t.Cleanup(rc.srv.Close)
 	return rc
+}
+
+func (rc *receiver) setRetryAfter(v string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.retryAfter = v
 }
 
 func (rc *receiver) all() []delivery {
@@ -321,6 +336,79 @@ func TestWebhookOutOfAttempts(t *testing.T) {
 	for _, d := range ds {
 		if d.key != ds[0].key {
 			t.Fatalf("keys %q and %q", ds[0].key, d.key)
+		}
+	}
+}
+
+// TestWebhookHonoursRetryAfter: after a 429 or a 503 with Retry-After,
+// the next delivery comes no sooner than the receiver asked, though the
+// runner's own backoff is milliseconds; after a 502 it does not wait for
+// a Retry-After (there is none to honour).
+func TestWebhookHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			rc := newReceiver(t, func(_ string, nth int) int {
+				if nth == 0 {
+					return status
+				}
+				return http.StatusOK
+			})
+			rc.setRetryAfter("1")
+			batch, assets := e.batch("gen", 1)
+			pub := e.publication("pub", batch, assets, intent.ChannelWebhook)
+			e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(rc.srv.URL)},
+				MaxAttempts: 3, RetryBase: 5 * time.Millisecond, RetryMax: 10 * time.Millisecond})
+			p := e.wait(pub.Publication.ID, ended)
+			ds := rc.all()
+			if p.State != intent.StateSucceeded || len(ds) != 2 {
+				t.Fatalf("publication %+v after %d deliveries, want succeeded after 2", p, len(ds))
+			}
+			// The wait is stored in milliseconds: allow the rounding.
+			if gap := ds[1].at.Sub(ds[0].at); gap < time.Second-5*time.Millisecond {
+				t.Errorf("the second delivery came %v after the first; the receiver asked for 1s", gap)
+			}
+		})
+	}
+}
+
+// TestWebhookRetryAfterError: the channel's error carries the receiver's
+// Retry-After (seconds or a date) on a 429 or a 503, and none on other
+// answers.
+func TestWebhookRetryAfterError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	batch, assets := e.batch("gen", 1)
+	pub := e.publication("pub", batch, assets, intent.ChannelWebhook)
+	items := e.items(pub.Publication.ID)
+	if len(items) != 1 {
+		t.Fatalf("%d items", len(items))
+	}
+	cases := []struct {
+		status     int
+		retryAfter string
+		want       time.Duration // 0: none
+	}{
+		{http.StatusTooManyRequests, "7", 7 * time.Second},
+		{http.StatusServiceUnavailable, "120", 2 * time.Minute},
+		{http.StatusTooManyRequests, "99999999", publish.MaxRetryAfter},
+		{http.StatusTooManyRequests, time.Now().Add(time.Hour + time.Minute).UTC().Format(http.TimeFormat), publish.MaxRetryAfter},
+		{http.StatusTooManyRequests, "", 0},
+		{http.StatusTooManyRequests, "soon", 0},
+		{http.StatusBadGateway, "7", 0},
+	}
+	for _, c := range cases {
+		rc := newReceiver(t, func(string, int) int { return c.status })
+		rc.setRetryAfter(c.retryAfter)
+		err := e.webhook(rc.srv.URL).Publish(context.Background(), store.ClaimedItem{PublicationItem: items[0], Attempt: 1})
+		if err == nil || publish.IsPermanent(err) {
+			t.Fatalf("%d, Retry-After %q: %v, want a transient error", c.status, c.retryAfter, err)
+		}
+		d, ok := publish.RetryAfter(err)
+		if ok != (c.want > 0) || d != c.want {
+			t.Errorf("%d, Retry-After %q: RetryAfter %v, %v; want %v (%v)", c.status, c.retryAfter, d, ok, c.want, err)
 		}
 	}
 }

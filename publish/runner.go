@@ -231,6 +231,9 @@ func (h *items) Run(ctx context.Context, _ *leasequeue.Session, it store.Claimed
 		}
 	default:
 		backoff := leasequeue.Backoff(h.cfg.RetryBase, h.cfg.RetryMax, it.Attempt, mrand.Float64())
+		if d, ok := RetryAfter(err); ok && d > backoff {
+			backoff = d // the receiver said when
+		}
 		state, ferr := h.cfg.Store.FailItem(sctx, store.ItemFailure{ItemLease: it.ItemLease, Error: err.Error(),
 			Permanent: IsPermanent(err), MaxAttempts: h.cfg.MaxAttempts, Backoff: backoff})
 		switch {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-json-experiment/json"
 
+	"studio/internal/retryafter"
 	"studio/store"
 )
 
@@ -32,7 +33,8 @@ const maxDeliveryAsset = 32 << 20
 // byte (the attempt number goes in the Studio-Delivery-Attempt header), so
 // a receiver can tell a retry from a new item, and one that compares
 // payloads under a key finds them equal. A 2xx answer is success; 408, 409, 425, 429, a
-// 5xx or no answer is worth a retry (the runner retries with backoff);
+// 5xx or no answer is worth a retry (the runner retries with backoff, and
+// after a 429 or 503 no sooner than its Retry-After says);
 // any other answer fails the item at once. A redirect (3xx) is never
 // followed: it would turn the POST into a GET without the payload, or send
 // the item to a host nobody configured; it fails the item with an error
@@ -131,7 +133,13 @@ func (w *Webhook) Publish(ctx context.Context, it store.ClaimedItem) error {
 	case s >= 300 && s < 400:
 		return Permanent(fmt.Errorf("webhook: the receiver answered %d (redirect to %q, not followed) to item %s",
 			s, resp.Header.Get("Location"), it.ItemID))
-	case s == http.StatusRequestTimeout, s == http.StatusConflict, s == http.StatusTooEarly, s == http.StatusTooManyRequests, s >= 500:
+	case s == http.StatusTooManyRequests, s == http.StatusServiceUnavailable:
+		err := fmt.Errorf("webhook: the receiver answered %d to item %s", s, it.ItemID)
+		if d, ok := retryafter.Parse(resp.Header.Get("Retry-After"), time.Now()); ok {
+			return RetryLater(fmt.Errorf("%w (retry after %s)", err, d), d)
+		}
+		return err
+	case s == http.StatusRequestTimeout, s == http.StatusConflict, s == http.StatusTooEarly, s >= 500:
 		return fmt.Errorf("webhook: the receiver answered %d to item %s", s, it.ItemID)
 	default:
 		return Permanent(fmt.Errorf("webhook: the receiver refused item %s with %d", it.ItemID, s))
