@@ -63,6 +63,18 @@ func TestPublicationCreateReplayConflict(t *testing.T) {
 	if _, ok, err := r.svc.ReplayPublication(ctx, "alice", "pub-1", strings.Repeat("0", 64)); ok || err != nil {
 		t.Fatalf("another fingerprint: %v %v", ok, err)
 	}
+	// An id of the other operation, with its own binding's fingerprint:
+	// neither replay is the other's.
+	if res, ok, err := r.svc.ReplayGeneration(ctx, "alice", "pub-1", first.Fingerprint); ok || err != nil {
+		t.Fatalf("a publication's id and fingerprint as a generation: %+v %v %v", res, ok, err)
+	}
+	gen, err := r.store.LookupIntent(ctx, "alice", "gen-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, ok, err := r.svc.ReplayPublication(ctx, "alice", "gen-0", gen.Fingerprint); ok || err != nil {
+		t.Fatalf("a generation's id and fingerprint as a publication: %+v %v %v", res, ok, err)
+	}
 	// The same input spelled differently (upper-case ids, the channel
 	// omitted) is the same fingerprint: a replay.
 	upper := r.input(r.assets...)

@@ -326,9 +326,9 @@ func TestBadRequestIDIsInvalid(t *testing.T) {
 
 // TestReplayByFingerprint: ReplayGeneration answers, by the fingerprint a
 // CreateGeneration answer carried, exactly the replay CreateGeneration
-// gives, and is observed as one; an id not bound, bound to other input,
-// to another actor or to a publication is not its to answer (ok false,
-// nothing observed, nothing planned).
+// gives, and is observed as one; an id not bound, bound to other input or
+// to another actor is not its to answer (ok false, nothing observed,
+// nothing planned). A publication's id: TestPublicationCreateReplayConflict.
 func TestReplayByFingerprint(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, filepath.Join(t.TempDir(), "s.db"))

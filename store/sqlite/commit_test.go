@@ -120,4 +120,20 @@ func TestGetBatchEndedRemembered(t *testing.T) {
 	if _, err := a.GetBatch(ctx, "bob", id); err == nil {
 		t.Errorf("another actor's read answered from memory")
 	}
+	// A store that first reads the batch once it has ended (the whole
+	// row, no head yet) remembers it as well.
+	c, err := Open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, err := c.GetBatch(ctx, "alice", id); err != nil || got != want {
+		t.Fatalf("first read of the ended batch:\n got %+v, %v\nwant %+v", got, err, want)
+	}
+	if err := c.read.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.GetBatch(ctx, "alice", id); err != nil || got != want {
+		t.Errorf("ended batch first read whole, remembered:\n got %+v, %v\nwant %+v", got, err, want)
+	}
 }

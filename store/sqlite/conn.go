@@ -162,8 +162,24 @@ func (t *writeTx) queryRow(q string, args []any, dest ...any) error {
 // (see conn.queryRow). The request path's point reads (a token, a
 // binding, a batch) go through it: through database/sql each one paid a
 // quarter of its time around SQLite (the pool's statement look-up, Rows
-// and its locks, Scan's conversions by reflection).
+// and its locks, Scan's conversions by reflection). A connection that
+// answers driver.ErrBadConn is closed by database/sql and the read tried
+// again on another, as database/sql's own queries do.
 func readRow(ctx context.Context, db *sql.DB, q string, args []any, dest ...any) error {
+	var err error
+	for range badConnTries {
+		if err = readRowOnce(ctx, db, q, args, dest...); !errors.Is(err, driver.ErrBadConn) {
+			break
+		}
+	}
+	return err
+}
+
+// badConnTries is how many connections readRow tries when each answers
+// driver.ErrBadConn (database/sql's own count).
+const badConnTries = 3
+
+func readRowOnce(ctx context.Context, db *sql.DB, q string, args []any, dest ...any) error {
 	c, err := db.Conn(ctx)
 	if err != nil {
 		return err
@@ -185,7 +201,8 @@ func (c *conn) stmt(ctx context.Context, q string) (driver.Stmt, error) {
 	return st, nil
 }
 
-// bind sets c.args to args, as the driver takes them.
+// bind sets c.args to args, as the driver takes them; unbind lets them
+// go once the statement ran (the slice stays, for the next).
 func (c *conn) bind(args []any) error {
 	c.args = c.args[:0]
 	for i, a := range args {
@@ -201,6 +218,11 @@ func (c *conn) bind(args []any) error {
 	return nil
 }
 
+func (c *conn) unbind() {
+	clear(c.args)
+	c.args = c.args[:0]
+}
+
 // exec runs q with args and answers how many rows it changed.
 func (c *conn) exec(ctx context.Context, q string, args []any) (int64, error) {
 	st, err := c.stmt(ctx, q)
@@ -210,6 +232,7 @@ func (c *conn) exec(ctx context.Context, q string, args []any) (int64, error) {
 	if err := c.bind(args); err != nil {
 		return 0, err
 	}
+	defer c.unbind()
 	res, err := st.(driver.StmtExecContext).ExecContext(ctx, c.args)
 	if err != nil {
 		return 0, err
@@ -227,6 +250,7 @@ func (c *conn) queryRow(ctx context.Context, q string, args []any, dest ...any) 
 	if err := c.bind(args); err != nil {
 		return err
 	}
+	defer c.unbind()
 	rows, err := st.(driver.StmtQueryContext).QueryContext(ctx, c.args)
 	if err != nil {
 		return err
