@@ -17,16 +17,7 @@ func TestCachesMissNotRemembered(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "studio.db")
-	a, err := Open(ctx, Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := Open(ctx, Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := openStore(t, path), openStore(t, path)
 	hash := strings.Repeat("e", 64)
 	if _, err := a.ActorForToken(ctx, hash); intent.ErrorCode(err) != intent.ENotFound {
 		t.Fatalf("unknown token: %v", err)
@@ -74,16 +65,7 @@ func TestGetBatchEndedRemembered(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "studio.db")
-	a, err := Open(ctx, Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := Open(ctx, Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := openStore(t, path), openStore(t, path)
 	id, err := intent.NewID()
 	if err != nil {
 		t.Fatal(err)
@@ -122,11 +104,7 @@ func TestGetBatchEndedRemembered(t *testing.T) {
 	}
 	// A store that first reads the batch once it has ended (the whole
 	// row, no head yet) remembers it as well.
-	c, err := Open(ctx, Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openStore(t, path)
 	if got, err := c.GetBatch(ctx, "alice", id); err != nil || got != want {
 		t.Fatalf("first read of the ended batch:\n got %+v, %v\nwant %+v", got, err, want)
 	}
@@ -136,4 +114,15 @@ func TestGetBatchEndedRemembered(t *testing.T) {
 	if got, err := c.GetBatch(ctx, "alice", id); err != nil || got != want {
 		t.Errorf("ended batch first read whole, remembered:\n got %+v, %v\nwant %+v", got, err, want)
 	}
+}
+
+// openStore opens a store on path, closed when the test ends.
+func openStore(t *testing.T, path string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
