@@ -2,8 +2,9 @@
 // driver modernc.org/sqlite.
 //
 // One file, WAL mode, foreign keys on. Writes go through a pool of exactly
-// one connection, so writers in this process queue fairly in Go instead of
-// polling SQLite's busy handler; every write transaction begins IMMEDIATE
+// one connection, so writers in this process wait in Go instead of polling
+// SQLite's busy handler (database/sql hands the freed connection to a
+// waiter picked at random: fair on average, not first come first served); every write transaction begins IMMEDIATE
 // (_txlock=immediate), so it holds the write lock from its first statement
 // and a read-then-write inside it cannot be overtaken. Other processes on the
 // same file wait through busy_timeout. Reads use a separate pool of
