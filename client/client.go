@@ -119,6 +119,9 @@ type call struct {
 	// stream leaves the answer's body open for the caller (event streams):
 	// the try's timeout ends with the headers.
 	stream bool
+	// timeout bounds each try instead of Retry.AttemptTimeout when set
+	// (an acquire that waits in the server).
+	timeout time.Duration
 }
 
 // answer is a successful answer: status, headers and the body read whole
@@ -188,7 +191,11 @@ func (c *Client) backoff(try int) time.Duration {
 
 // try makes one try. again says whether a failure is worth another try.
 func (c *Client) try(ctx context.Context, cl call) (*answer, error, bool) {
-	tctx, cancel := context.WithTimeout(ctx, c.retry.AttemptTimeout)
+	timeout := c.retry.AttemptTimeout
+	if cl.timeout > 0 {
+		timeout = cl.timeout
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
 	u := *c.base
 	// cl.path is escaped already (seg): it is the raw path, and Path its
 	// unescaped form, so that an id's "/" or "%" is sent as one segment,

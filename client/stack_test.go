@@ -17,6 +17,8 @@ import (
 	"studio/generator"
 	"studio/httpapi"
 	"studio/intent"
+	"studio/locks"
+	"studio/lockservice"
 	"studio/planner"
 	"studio/store/sqlite"
 	"studio/worker"
@@ -49,7 +51,18 @@ func startStack(dir string, withWorkers bool) (*stack, error) {
 	}
 	svc := &intent.Service{Store: st, Planner: planner.New(planner.EmbeddedCatalog()), Locker: &keyedMutex{},
 		Publications: st, Channels: []string{intent.ChannelGallery}}
+	eng := locks.New(locks.NewMemoryStore())
+	lockSvc, err := lockservice.New(lockservice.Config{Engine: eng})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	closeLocks := func() {
+		lockSvc.Close()
+		eng.Close()
+	}
 	api, err := httpapi.New(httpapi.Config{
+		Locks:        lockSvc,
 		Generations:  svc,
 		Publications: svc,
 		Uploads:      &intent.Uploads{Store: st, Blobs: blobWriter{blobs}, Locker: &keyedMutex{}},
@@ -62,6 +75,7 @@ func startStack(dir string, withWorkers bool) (*stack, error) {
 		}),
 	})
 	if err != nil {
+		closeLocks()
 		st.Close()
 		return nil, err
 	}
@@ -73,6 +87,7 @@ func startStack(dir string, withWorkers bool) (*stack, error) {
 	}
 	if err != nil {
 		srv.Close()
+		closeLocks()
 		st.Close()
 		return nil, err
 	}
@@ -89,6 +104,7 @@ func startStack(dir string, withWorkers bool) (*stack, error) {
 		}
 		if err != nil {
 			srv.Close()
+			closeLocks()
 			st.Close()
 			return nil, err
 		}
@@ -99,6 +115,7 @@ func startStack(dir string, withWorkers bool) (*stack, error) {
 		}
 		api.EndStreams()
 		srv.Close()
+		closeLocks()
 		st.Close()
 	}}, nil
 }

@@ -1,0 +1,284 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// The lock service (docs/locks.md, "The lock service over HTTP"): a key
+// held by this program, under the token's actor, with a fence, renewed in
+// the background while the program works.
+
+// ErrLockBusy is the error of a TryHold whose key is held now (a 423):
+// match it with errors.Is.
+var ErrLockBusy = errors.New("lock busy")
+
+// ErrLeaseLost is the cause of a Lease's context once the lease ended
+// before its release: the server refused a renewal (410: it expired or
+// the server lost it; 404: the server no longer knows it), or no renewal
+// got through within the TTL by this program's clock. Match it with
+// errors.Is on Lease.Err or context.Cause(lease.Context()).
+var ErrLeaseLost = errors.New("lease lost")
+
+// errReleased is the cause of a released lease's context.
+var errReleased = errors.New("lease released")
+
+// maxLockWait is the longest wait of one acquire request (the server's
+// bound on wait_ms); a longer Hold asks again.
+const maxLockWait = 60 * time.Second
+
+// LockOptions shape an acquire.
+type LockOptions struct {
+	// TTL is how long the server keeps the key after the last renewal:
+	// 500 ms to 1 h, 30 s when 0. The lease renews every TTL/3.
+	TTL time.Duration
+	// Limit makes the key a semaphore of Limit slots (1 to 10,000); 0 is a
+	// lock.
+	Limit int
+}
+
+// Lease is a key held through the lock service. It renews itself every
+// TTL/3 until Release, or until it is lost: then its context ends with
+// ErrLeaseLost, and the holder must stop writing under its fence.
+type Lease struct {
+	// ID is the lease's secret id (it travels in bodies only).
+	ID string
+	// RequestID named the acquire: one per Hold, sent on every try.
+	RequestID string
+	Name, Key string
+	Limit     int
+	// Fence is larger than every earlier fence of the key: send it with
+	// each write the lease protects.
+	Fence int64
+	TTL   time.Duration
+
+	c        *Client
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	mu       sync.Mutex
+	deadline time.Time     // by this program's clock: the last confirmed expiry
+	stop     chan struct{} // closed by Release
+	done     chan struct{} // closed when the renewal loop ended
+	stopOnce sync.Once
+}
+
+// leaseAnswer is the lease as the server writes it.
+type leaseAnswer struct {
+	LeaseID   string    `json:"lease_id"`
+	RequestID string    `json:"request_id"`
+	Name      string    `json:"name"`
+	Key       string    `json:"key"`
+	Limit     int       `json:"limit"`
+	Fence     int64     `json:"fence"`
+	TTLMS     int64     `json:"ttl_ms"`
+	ExpiresAt time.Time `json:"expires_at"`
+	State     string    `json:"state"`
+}
+
+// LockInfo is what InspectLock answers of a key.
+type LockInfo struct {
+	Name    string       `json:"name"`
+	Key     string       `json:"key"`
+	Limit   int          `json:"limit"`
+	Held    bool         `json:"held"`
+	Holders []LockHolder `json:"holders"`
+	// Waiters are the acquires waiting on the server asked.
+	Waiters int `json:"waiters"`
+}
+
+// LockHolder is one holder of a key: its fence and when the store frees
+// the key unless renewed.
+type LockHolder struct {
+	Fence     int64     `json:"fence"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Hold waits for the key name/key of the token's actor until it is free
+// or ctx ends, and returns its lease. One request id names every try of
+// the acquire, so an answer lost on the way (a dropped connection, a
+// 502/503/504) is asked again and answers the lease the server granted,
+// never a second one. A wait longer than a minute asks again every
+// minute (the server's longest wait per request), and may lose its place
+// in line then.
+func (c *Client) Hold(ctx context.Context, name, key string, o LockOptions) (*Lease, error) {
+	return c.acquire(ctx, name, key, o, true)
+}
+
+// TryHold takes the key if it is free now; ErrLockBusy when it is not.
+func (c *Client) TryHold(ctx context.Context, name, key string, o LockOptions) (*Lease, error) {
+	return c.acquire(ctx, name, key, o, false)
+}
+
+func (c *Client) acquire(ctx context.Context, name, key string, o LockOptions, wait bool) (*Lease, error) {
+	if o.TTL == 0 {
+		o.TTL = 30 * time.Second
+	}
+	id, err := NewRequestID()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		waitFor := time.Duration(0)
+		if wait {
+			waitFor = maxLockWait
+			if d, ok := ctx.Deadline(); ok {
+				waitFor = min(waitFor, max(0, time.Until(d)))
+			}
+		}
+		body, err := json.Marshal(map[string]any{"request_id": id, "name": name, "key": key,
+			"ttl_ms": o.TTL.Milliseconds(), "wait_ms": waitFor.Milliseconds(), "limit": o.Limit})
+		if err != nil {
+			return nil, err
+		}
+		a, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/locks/acquire",
+			header: http.Header{"Content-Type": {"application/json"}}, body: body,
+			timeout: waitFor + c.retry.AttemptTimeout})
+		if StatusOf(err) == http.StatusLocked {
+			if wait && ctx.Err() == nil && waitFor > 0 {
+				continue // the request's wait ran out, not the caller's: ask again
+			}
+			return nil, fmt.Errorf("acquire %s/%s: %w: %w", name, key, ErrLockBusy, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("acquire %s/%s (request id %s): %w", name, key, id, err)
+		}
+		var la leaseAnswer
+		if err := decode(a, &la); err != nil {
+			return nil, fmt.Errorf("acquire %s/%s (request id %s): %w", name, key, id, err)
+		}
+		return c.startLease(la, time.Now()), nil
+	}
+}
+
+// startLease makes the lease of an acquire's answer, sent at or after
+// sent (its local deadline counts from then), and starts its renewals.
+func (c *Client) startLease(la leaseAnswer, sent time.Time) *Lease {
+	ttl := time.Duration(la.TTLMS) * time.Millisecond
+	ctx, cancel := context.WithCancelCause(context.Background())
+	l := &Lease{ID: la.LeaseID, RequestID: la.RequestID, Name: la.Name, Key: la.Key, Limit: la.Limit, Fence: la.Fence,
+		TTL: ttl, c: c, ctx: ctx, cancel: cancel, deadline: sent.Add(ttl),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go l.renewLoop()
+	return l
+}
+
+// Context is canceled when the lease ends: with ErrLeaseLost as its
+// cause when it was lost, once it is released otherwise.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Err is nil while the lease is held, and wraps ErrLeaseLost (with the
+// reason) once it was lost.
+func (l *Lease) Err() error {
+	if cause := context.Cause(l.ctx); cause != nil && !errors.Is(cause, errReleased) {
+		return cause
+	}
+	return nil
+}
+
+// lose ends the lease as lost, for why.
+func (l *Lease) lose(why string) {
+	l.cancel(fmt.Errorf("%w: %s/%s, fence %d: %s", ErrLeaseLost, l.Name, l.Key, l.Fence, why))
+}
+
+// renewLoop renews the lease every TTL/3 until it is released or lost.
+func (l *Lease) renewLoop() {
+	defer close(l.done)
+	t := time.NewTicker(l.TTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-l.ctx.Done():
+			return
+		case <-t.C:
+		}
+		l.renewOnce()
+	}
+}
+
+// renewOnce renews the lease, within its local deadline: a renewal that
+// does not get through by then (after its own retries) loses it.
+func (l *Lease) renewOnce() {
+	l.mu.Lock()
+	deadline := l.deadline
+	l.mu.Unlock()
+	sent := time.Now()
+	if !sent.Before(deadline) {
+		l.lose("no renewal got through within the TTL")
+		return
+	}
+	ctx, cancel := context.WithDeadline(l.ctx, deadline)
+	defer cancel()
+	body, _ := json.Marshal(map[string]string{"lease_id": l.ID})
+	_, err := l.c.do(ctx, call{method: http.MethodPost, path: "/v1/locks/renew",
+		header: http.Header{"Content-Type": {"application/json"}}, body: body})
+	switch s := StatusOf(err); {
+	case err == nil:
+		l.mu.Lock()
+		l.deadline = sent.Add(l.TTL)
+		l.mu.Unlock()
+	case s == http.StatusGone || s == http.StatusNotFound:
+		l.lose(fmt.Sprintf("the server refused the renewal: %v", err))
+	case l.ctx.Err() != nil:
+		// released meanwhile, or lost
+	case !time.Now().Before(deadline):
+		l.lose(fmt.Sprintf("no renewal got through within the TTL: %v", err))
+	}
+	// Any other failure leaves the lease to the next renewal, while its
+	// deadline has not passed.
+}
+
+// Release frees the key (the next waiter may hold it when Release
+// returns) and stops the renewals; later calls do nothing. It answers an
+// error wrapping ErrLeaseLost if the lease had been lost (the work it
+// protected was not protected to the end). On any other error the key
+// is not known to be freed: the server frees it one TTL after the last
+// renewal at the latest.
+func (l *Lease) Release(ctx context.Context) error {
+	first := false
+	l.stopOnce.Do(func() { first = true; close(l.stop) })
+	if !first {
+		return nil
+	}
+	<-l.done
+	body, _ := json.Marshal(map[string]string{"lease_id": l.ID})
+	rel := call{method: http.MethodPost, path: "/v1/locks/release",
+		header: http.Header{"Content-Type": {"application/json"}}, body: body}
+	if err := l.Err(); err != nil {
+		_, _ = l.c.do(ctx, rel) // free it anyway if the server still has it
+		return err
+	}
+	_, err := l.c.do(ctx, rel)
+	switch s := StatusOf(err); {
+	case err == nil:
+		l.cancel(errReleased)
+		return nil
+	case s == http.StatusGone || s == http.StatusNotFound:
+		l.lose(fmt.Sprintf("the server refused the release: %v", err))
+		return l.Err()
+	default:
+		l.cancel(errReleased)
+		return fmt.Errorf("release %s/%s: %w", l.Name, l.Key, err)
+	}
+}
+
+// InspectLock answers what the server knows of a key of the token's
+// actor: whether it is held, its holders' fences and expiries, and how
+// many acquires wait for it on that server. limit is 0 for a lock, or
+// the semaphore's.
+func (c *Client) InspectLock(ctx context.Context, name, key string, limit int) (*LockInfo, error) {
+	var info LockInfo
+	q := url.Values{"name": {name}, "key": {key}, "limit": {strconv.Itoa(limit)}}
+	if err := c.getJSON(ctx, "/v1/locks/inspect", q, &info); err != nil {
+		return nil, fmt.Errorf("inspect %s/%s: %w", name, key, err)
+	}
+	return &info, nil
+}
