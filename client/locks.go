@@ -59,14 +59,20 @@ type Lease struct {
 	Fence int64
 	TTL   time.Duration
 
-	c        *Client
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	mu       sync.Mutex
-	deadline time.Time     // by this program's clock: the last confirmed expiry
-	stop     chan struct{} // closed by Release
-	done     chan struct{} // closed when the renewal loop ended
-	stopOnce sync.Once
+	c      *Client
+	ctx    context.Context // ends when the lease does
+	cancel context.CancelCauseFunc
+	// renewCtx ends the renewals (stopRenew, by Release); done is closed
+	// when the renewal loop ended.
+	renewCtx    context.Context
+	stopRenew   context.CancelFunc
+	done        chan struct{}
+	startedOnce sync.Once // closes done once: the loop's end, or stopRenewals before it ran
+	mu          sync.Mutex
+	deadline    time.Time // by this program's clock: the last confirmed expiry
+	releaseOnce sync.Once
+	released    chan struct{} // closed when Release's one run ended
+	releaseErr  error
 }
 
 // leaseAnswer is the lease as the server writes it.
@@ -111,7 +117,8 @@ func (c *Client) Hold(ctx context.Context, name, key string, o LockOptions) (*Le
 	return c.acquire(ctx, name, key, o, true)
 }
 
-// TryHold takes the key if it is free now; ErrLockBusy when it is not.
+// TryHold takes the key if it is free now; an error wrapping ErrLockBusy
+// when it is not.
 func (c *Client) TryHold(ctx context.Context, name, key string, o LockOptions) (*Lease, error) {
 	return c.acquire(ctx, name, key, o, false)
 }
@@ -125,11 +132,14 @@ func (c *Client) acquire(ctx context.Context, name, key string, o LockOptions, w
 		return nil, err
 	}
 	for {
-		waitFor := time.Duration(0)
+		waitFor, untilDeadline := time.Duration(0), false
 		if wait {
 			waitFor = maxLockWait
-			if d, ok := ctx.Deadline(); ok {
-				waitFor = min(waitFor, max(0, time.Until(d)))
+			if d, ok := ctx.Deadline(); ok && time.Until(d) <= waitFor {
+				waitFor, untilDeadline = time.Until(d), true
+			}
+			if waitFor < time.Millisecond {
+				return nil, fmt.Errorf("acquire %s/%s: %w: %w", name, key, ErrLockBusy, context.DeadlineExceeded)
 			}
 		}
 		body, err := json.Marshal(map[string]any{"request_id": id, "name": name, "key": key,
@@ -141,10 +151,24 @@ func (c *Client) acquire(ctx context.Context, name, key string, o LockOptions, w
 			header: http.Header{"Content-Type": {"application/json"}}, body: body,
 			timeout: waitFor + c.retry.AttemptTimeout})
 		if StatusOf(err) == http.StatusLocked {
-			if wait && ctx.Err() == nil && waitFor > 0 {
-				continue // the request's wait ran out, not the caller's: ask again
+			switch {
+			case !wait:
+				return nil, fmt.Errorf("acquire %s/%s: %w: %w", name, key, ErrLockBusy, err)
+			case untilDeadline || ctx.Err() != nil:
+				// The wait ran to the caller's deadline (or its context
+				// ended): the same error however the two raced.
+				return nil, fmt.Errorf("acquire %s/%s: %w: %w", name, key, ErrLockBusy, context.DeadlineExceeded)
 			}
-			return nil, fmt.Errorf("acquire %s/%s: %w: %w", name, key, ErrLockBusy, err)
+			continue // the request's minute ran out, not the caller's wait: ask again
+		}
+		if StatusOf(err) == http.StatusGone {
+			// A try's answer was lost and the lease it granted ended before
+			// this retry came (its TTL passed): that lease is nobody's.
+			// Ask anew, under a new id.
+			if id, err = NewRequestID(); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("acquire %s/%s (request id %s): %w", name, key, id, err)
@@ -153,20 +177,36 @@ func (c *Client) acquire(ctx context.Context, name, key string, o LockOptions, w
 		if err := decode(a, &la); err != nil {
 			return nil, fmt.Errorf("acquire %s/%s (request id %s): %w", name, key, id, err)
 		}
-		return c.startLease(la, time.Now()), nil
+		l := c.newLease(la)
+		if a.status == http.StatusOK && a.header.Get("Idempotent-Replayed") == "true" {
+			// An earlier try's lease, granted at a time this program does
+			// not know: renew it now, which says whether it still holds
+			// and from when its TTL counts.
+			if err := l.renewOnce(ctx); err != nil {
+				l.stopRenewals()
+				if errors.Is(err, ErrLeaseLost) {
+					if id, err = NewRequestID(); err != nil {
+						return nil, err
+					}
+					continue // it ended before this program saw it: ask anew
+				}
+				return nil, fmt.Errorf("acquire %s/%s (request id %s): %w", name, key, id, err)
+			}
+		}
+		go l.renewLoop()
+		return l, nil
 	}
 }
 
-// startLease makes the lease of an acquire's answer, sent at or after
-// sent (its local deadline counts from then), and starts its renewals.
-func (c *Client) startLease(la leaseAnswer, sent time.Time) *Lease {
+// newLease makes the lease of an acquire's answer, its local deadline
+// one TTL from now (the answer's arrival: the grant came before).
+func (c *Client) newLease(la leaseAnswer) *Lease {
 	ttl := time.Duration(la.TTLMS) * time.Millisecond
 	ctx, cancel := context.WithCancelCause(context.Background())
-	l := &Lease{ID: la.LeaseID, RequestID: la.RequestID, Name: la.Name, Key: la.Key, Limit: la.Limit, Fence: la.Fence,
-		TTL: ttl, c: c, ctx: ctx, cancel: cancel, deadline: sent.Add(ttl),
-		stop: make(chan struct{}), done: make(chan struct{})}
-	go l.renewLoop()
-	return l
+	rctx, rcancel := context.WithCancel(ctx)
+	return &Lease{ID: la.LeaseID, RequestID: la.RequestID, Name: la.Name, Key: la.Key, Limit: la.Limit, Fence: la.Fence,
+		TTL: ttl, c: c, ctx: ctx, cancel: cancel, renewCtx: rctx, stopRenew: rcancel, deadline: time.Now().Add(ttl),
+		done: make(chan struct{}), released: make(chan struct{})}
 }
 
 // Context is canceled when the lease ends: with ErrLeaseLost as its
@@ -182,73 +222,94 @@ func (l *Lease) Err() error {
 	return nil
 }
 
-// lose ends the lease as lost, for why.
-func (l *Lease) lose(why string) {
+// lose ends the lease as lost, for why, and answers why.
+func (l *Lease) lose(why string) error {
 	l.cancel(fmt.Errorf("%w: %s/%s, fence %d: %s", ErrLeaseLost, l.Name, l.Key, l.Fence, why))
+	return l.Err()
 }
 
 // renewLoop renews the lease every TTL/3 until it is released or lost.
 func (l *Lease) renewLoop() {
-	defer close(l.done)
-	t := time.NewTicker(l.TTL / 3)
+	defer l.startedOnce.Do(func() { close(l.done) })
+	t := time.NewTicker(max(l.TTL/3, time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
-		case <-l.stop:
-			return
-		case <-l.ctx.Done():
+		case <-l.renewCtx.Done():
 			return
 		case <-t.C:
 		}
-		l.renewOnce()
+		_ = l.renewOnce(l.renewCtx)
 	}
 }
 
-// renewOnce renews the lease, within its local deadline: a renewal that
-// does not get through by then (after its own retries) loses it.
-func (l *Lease) renewOnce() {
+// stopRenewals ends the renewals (a loop not started counts as ended).
+func (l *Lease) stopRenewals() {
+	l.stopRenew()
+	l.startedOnce.Do(func() { close(l.done) })
+}
+
+// renewOnce renews the lease within its local deadline, each try within
+// a third of the TTL (so that one stalled connection leaves time for
+// others). A refusal (410, 404), or no renewal through by the deadline,
+// loses it; an error while ctx ends (a release) judges nothing.
+func (l *Lease) renewOnce(ctx context.Context) error {
 	l.mu.Lock()
 	deadline := l.deadline
 	l.mu.Unlock()
 	sent := time.Now()
 	if !sent.Before(deadline) {
-		l.lose("no renewal got through within the TTL")
-		return
+		return l.lose("no renewal got through within the TTL")
 	}
-	ctx, cancel := context.WithDeadline(l.ctx, deadline)
+	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	body, _ := json.Marshal(map[string]string{"lease_id": l.ID})
-	_, err := l.c.do(ctx, call{method: http.MethodPost, path: "/v1/locks/renew",
-		header: http.Header{"Content-Type": {"application/json"}}, body: body})
+	_, err := l.c.do(rctx, call{method: http.MethodPost, path: "/v1/locks/renew",
+		header: http.Header{"Content-Type": {"application/json"}}, body: body,
+		timeout: max(min(l.TTL/3, time.Until(deadline)), time.Millisecond)})
 	switch s := StatusOf(err); {
 	case err == nil:
 		l.mu.Lock()
 		l.deadline = sent.Add(l.TTL)
 		l.mu.Unlock()
+		return nil
 	case s == http.StatusGone || s == http.StatusNotFound:
-		l.lose(fmt.Sprintf("the server refused the renewal: %v", err))
-	case l.ctx.Err() != nil:
-		// released meanwhile, or lost
+		return l.lose(fmt.Sprintf("the server refused the renewal: %v", err))
+	case ctx.Err() != nil:
+		return err // stopped (a release), or the caller's end
 	case !time.Now().Before(deadline):
-		l.lose(fmt.Sprintf("no renewal got through within the TTL: %v", err))
+		return l.lose(fmt.Sprintf("no renewal got through within the TTL: %v", err))
 	}
-	// Any other failure leaves the lease to the next renewal, while its
-	// deadline has not passed.
+	return err // the next renewal tries again, while the deadline allows
 }
 
 // Release frees the key (the next waiter may hold it when Release
-// returns) and stops the renewals; later calls do nothing. It answers an
-// error wrapping ErrLeaseLost if the lease had been lost (the work it
-// protected was not protected to the end). On any other error the key
-// is not known to be freed: the server frees it one TTL after the last
-// renewal at the latest.
+// returns) and stops the renewals. It answers an error wrapping
+// ErrLeaseLost if the lease had been lost (the work it protected was not
+// protected to the end). On any other error (ctx ended, the server
+// unreachable) the key is not known to be freed: the server frees it one
+// TTL after the last renewal at the latest. Release runs once: a later or
+// concurrent call waits for that one and answers the same.
 func (l *Lease) Release(ctx context.Context) error {
-	first := false
-	l.stopOnce.Do(func() { first = true; close(l.stop) })
-	if !first {
-		return nil
+	l.releaseOnce.Do(func() {
+		l.releaseErr = l.release(ctx)
+		close(l.released)
+	})
+	select {
+	case <-l.released:
+		return l.releaseErr
+	case <-ctx.Done():
+		return fmt.Errorf("release %s/%s: %w", l.Name, l.Key, ctx.Err())
 	}
-	<-l.done
+}
+
+func (l *Lease) release(ctx context.Context) error {
+	l.stopRenew() // a renewal under way ends now
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+		return fmt.Errorf("release %s/%s: %w", l.Name, l.Key, ctx.Err())
+	}
 	body, _ := json.Marshal(map[string]string{"lease_id": l.ID})
 	rel := call{method: http.MethodPost, path: "/v1/locks/release",
 		header: http.Header{"Content-Type": {"application/json"}}, body: body}
@@ -262,8 +323,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.cancel(errReleased)
 		return nil
 	case s == http.StatusGone || s == http.StatusNotFound:
-		l.lose(fmt.Sprintf("the server refused the release: %v", err))
-		return l.Err()
+		return l.lose(fmt.Sprintf("the server refused the release: %v", err))
 	default:
 		l.cancel(errReleased)
 		return fmt.Errorf("release %s/%s: %w", l.Name, l.Key, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -173,8 +174,8 @@ func TestLockHoldersExclude(t *testing.T) {
 }
 
 // TestLockHoldGivesUpWithItsContext: a Hold whose context ends while the
-// key is held answers the context's end and leaves nothing waiting or
-// held for it.
+// key is held answers the context's end (and that the key was busy), and
+// leaves nothing waiting or held for it.
 func TestLockHoldGivesUpWithItsContext(t *testing.T) {
 	s := newStack(t, false)
 	c := lockClient(t, s.URL, s.Token)
@@ -184,15 +185,27 @@ func TestLockHoldGivesUpWithItsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	if got, err := c.Hold(short, "jobs", "busy", client.LockOptions{}); err == nil {
-		got.Release(ctx)
-		t.Fatal("a Hold of a held key answered a lease")
+	for _, wait := range []time.Duration{50 * time.Millisecond, 300 * time.Millisecond} {
+		short, cancel := context.WithTimeout(ctx, wait)
+		got, err := c.Hold(short, "jobs", "busy", client.LockOptions{})
+		cancel()
+		if err == nil {
+			got.Release(ctx)
+			t.Fatal("a Hold of a held key answered a lease")
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("wait %v: %v, want the context's deadline", wait, err)
+		}
 	}
-	info, err := c.InspectLock(ctx, "jobs", "busy", 0)
+	// The server drops a waiter whose caller went away as it notices.
+	var info *client.LockInfo
+	for start := time.Now(); time.Since(start) < 5*time.Second; time.Sleep(10 * time.Millisecond) {
+		if info, err = c.InspectLock(ctx, "jobs", "busy", 0); err != nil || info.Waiters == 0 {
+			break
+		}
+	}
 	if err != nil || info.Waiters != 0 || len(info.Holders) != 1 || info.Holders[0].Fence != l.Fence {
-		t.Errorf("after the abandoned wait: %+v, %v", info, err)
+		t.Errorf("after the abandoned waits: %+v, %v", info, err)
 	}
 }
 
@@ -270,3 +283,241 @@ type discard struct{ header http.Header }
 func (d *discard) Header() http.Header         { return d.header }
 func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discard) WriteHeader(int)             {}
+
+// stallRenewals is a proxy front that holds renewals back: the first
+// `first` of them (all when first < 0) get no answer until the caller
+// gives up; answer, when set, answers the others itself.
+func stallRenewals(t *testing.T, s *stack, first int, answer func(w http.ResponseWriter)) (string, *atomic.Int32) {
+	var n atomic.Int32
+	stop := make(chan struct{})
+	front := proxy(t, s, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/locks/renew" {
+				if i := n.Add(1); first < 0 || int(i) <= first {
+					// Read whole, so that net/http notices the caller going.
+					io.Copy(io.Discard, r.Body)
+					select {
+					case <-r.Context().Done():
+					case <-stop:
+					}
+					return
+				}
+				if answer != nil {
+					answer(w)
+					return
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	t.Cleanup(func() { close(stop) }) // before the front closes: it waits for its handlers
+	return front, &n
+}
+
+// TestLockLostByTheLocalClock: renewals that never get an answer lose
+// the lease within its TTL, by this program's clock alone.
+func TestLockLostByTheLocalClock(t *testing.T) {
+	s := newStack(t, false)
+	front, _ := stallRenewals(t, s, -1, nil)
+	c := lockClient(t, front, s.Token)
+	ctx := context.Background()
+	l, err := c.Hold(ctx, "jobs", "stalled", client.LockOptions{TTL: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lease's context did not end")
+	}
+	if !errors.Is(l.Err(), client.ErrLeaseLost) {
+		t.Fatalf("Err %v, want ErrLeaseLost", l.Err())
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := l.Release(rctx); !errors.Is(err, client.ErrLeaseLost) {
+		t.Errorf("Release: %v, want ErrLeaseLost", err)
+	}
+}
+
+// TestLockOneStalledRenewalIsNotALoss: a renewal try that hangs is cut
+// after a third of the TTL and tried again; the lease holds.
+func TestLockOneStalledRenewalIsNotALoss(t *testing.T) {
+	s := newStack(t, false)
+	front, n := stallRenewals(t, s, 1, nil)
+	c := lockClient(t, front, s.Token)
+	ctx := context.Background()
+	l, err := c.Hold(ctx, "jobs", "hiccup", client.LockOptions{TTL: 900 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if err := l.Err(); err != nil {
+		t.Fatalf("after one stalled renewal: %v", err)
+	}
+	if n.Load() < 3 {
+		t.Errorf("%d renewal tries, want the stalled one and more", n.Load())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLockRenewal404IsALoss: a server that no longer knows the lease
+// (404, as after its restart) loses it at once.
+func TestLockRenewal404IsALoss(t *testing.T) {
+	s := newStack(t, false)
+	front, _ := stallRenewals(t, s, 0, func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"type":"about:blank","title":"Not Found","status":404,"detail":"Not found."}`)
+	})
+	c := lockClient(t, front, s.Token)
+	ctx := context.Background()
+	l, err := c.Hold(ctx, "jobs", "forgotten", client.LockOptions{TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	select {
+	case <-l.Context().Done():
+	case <-time.After(2500 * time.Millisecond): // the first renewal comes at 1 s; the TTL ends at 3 s
+		t.Fatal("a 404 on renewal did not lose the lease before its TTL")
+	}
+	if !errors.Is(context.Cause(l.Context()), client.ErrLeaseLost) {
+		t.Fatalf("cause %v", context.Cause(l.Context()))
+	}
+}
+
+// TestLockHoldAsksAgainAfter423: when a request's own wait runs out (a
+// 423) while the caller's does not, Hold asks again with the same
+// request id and body.
+func TestLockHoldAsksAgainAfter423(t *testing.T) {
+	s := newStack(t, false)
+	var bodies []string
+	var mu sync.Mutex
+	front := proxy(t, s, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/locks/acquire" {
+				body, _ := io.ReadAll(r.Body)
+				mu.Lock()
+				bodies = append(bodies, string(body))
+				first := len(bodies) == 1
+				mu.Unlock()
+				if first {
+					w.Header().Set("Content-Type", "application/problem+json")
+					w.WriteHeader(http.StatusLocked)
+					io.WriteString(w, `{"type":"about:blank","title":"Locked","status":423,"detail":"The key is held."}`)
+					return
+				}
+				r.Body = io.NopCloser(bytes.NewReader(body))
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	c := lockClient(t, front, s.Token)
+	ctx := context.Background()
+	l, err := c.Hold(ctx, "jobs", "again", client.LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	mu.Lock()
+	got := slices.Clone(bodies)
+	mu.Unlock()
+	if len(got) != 2 || got[0] != got[1] {
+		t.Errorf("acquire bodies %q, want the same one twice", got)
+	}
+	if _, err := c.TryHold(ctx, "jobs", "again", client.LockOptions{}); !errors.Is(err, client.ErrLockBusy) {
+		t.Errorf("TryHold: %v, want busy", err)
+	}
+}
+
+// TestLockAcquireRetryAfterTheLeaseEnded: the answer of an acquire is
+// lost and its retry comes after the granted lease's TTL (the server
+// answers 410 for that id): Hold asks anew under a new id and holds the
+// key.
+func TestLockAcquireRetryAfterTheLeaseEnded(t *testing.T) {
+	s := newStack(t, false)
+	var tries atomic.Int32
+	front := proxy(t, s, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/locks/acquire" {
+				switch tries.Add(1) {
+				case 1:
+					next.ServeHTTP(&discard{header: http.Header{}}, r) // granted...
+					panic(http.ErrAbortHandler)                        // ...and the answer lost
+				case 2:
+					time.Sleep(900 * time.Millisecond) // past the 500 ms TTL
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	c := lockClient(t, front, s.Token)
+	ctx := context.Background()
+	l, err := c.Hold(ctx, "jobs", "late", client.LockOptions{TTL: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if n := tries.Load(); n != 3 {
+		t.Errorf("%d acquire tries, want 3 (granted and lost, 410, anew)", n)
+	}
+	info, err := c.InspectLock(ctx, "jobs", "late", 0)
+	if err != nil || len(info.Holders) != 1 || info.Holders[0].Fence != l.Fence {
+		t.Errorf("inspect: %+v, %v", info, err)
+	}
+}
+
+// TestLockReleaseConcurrent: two Releases at once both answer when the
+// key is free, the same answer.
+func TestLockReleaseConcurrent(t *testing.T) {
+	s := newStack(t, false)
+	c := lockClient(t, s.URL, s.Token)
+	ctx := context.Background()
+	l, err := c.Hold(ctx, "jobs", "twice", client.LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() { errs[i] = l.Release(ctx) })
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("releases: %v", errs)
+	}
+	next, err := c.TryHold(ctx, "jobs", "twice", client.LockOptions{})
+	if err != nil {
+		t.Fatalf("after both releases: %v", err)
+	}
+	next.Release(ctx)
+}
+
+// TestLockReleaseBoundedByItsContext: a Release while a renewal hangs
+// ends the renewal and frees the key, within its own context.
+func TestLockReleaseBoundedByItsContext(t *testing.T) {
+	s := newStack(t, false)
+	front, n := stallRenewals(t, s, -1, nil)
+	c := lockClient(t, front, s.Token)
+	ctx := context.Background()
+	l, err := c.Hold(ctx, "jobs", "busy-renewal", client.LockOptions{TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n.Load() == 0 { // a renewal is under way (it comes at 1 s)
+		time.Sleep(10 * time.Millisecond)
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := l.Release(rctx); err != nil {
+		t.Fatalf("Release during a hanging renewal: %v", err)
+	}
+	next, err := c.TryHold(ctx, "jobs", "busy-renewal", client.LockOptions{})
+	if err != nil {
+		t.Fatalf("the key after the release: %v", err)
+	}
+	next.Release(ctx)
+}

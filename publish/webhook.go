@@ -136,6 +136,7 @@ func (w *Webhook) Publish(ctx context.Context, it store.ClaimedItem) error {
 	case s == http.StatusTooManyRequests, s == http.StatusServiceUnavailable:
 		err := fmt.Errorf("webhook: the receiver answered %d to item %s", s, it.ItemID)
 		if d, ok := retryafter.Parse(resp.Header.Get("Retry-After"), time.Now()); ok {
+			d = min(d, MaxRetryAfter)
 			return RetryLater(fmt.Errorf("%w (retry after %s)", err, d), d)
 		}
 		return err
