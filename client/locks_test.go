@@ -69,22 +69,22 @@ func TestLockHoldTryInspectRelease(t *testing.T) {
 	}
 }
 
-// TestLockRenewsBeyondTTL: a lease held three TTLs is still held, by the
-// server too, thanks to its renewals.
+// TestLockRenewsBeyondTTL: a lease held two and a half TTLs is still
+// held, by the server too, thanks to its renewals.
 func TestLockRenewsBeyondTTL(t *testing.T) {
 	s := newStack(t, false)
 	c := lockClient(t, s.URL, s.Token)
 	ctx := context.Background()
-	l, err := c.Hold(ctx, "jobs", "long", client.LockOptions{TTL: 600 * time.Millisecond})
+	l, err := c.Hold(ctx, "jobs", "long", client.LockOptions{TTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1800 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond)
 	if err := l.Err(); err != nil {
-		t.Fatalf("after 3 TTLs: %v", err)
+		t.Fatalf("after 2.5 TTLs: %v", err)
 	}
 	if _, err := c.TryHold(ctx, "jobs", "long", client.LockOptions{}); !errors.Is(err, client.ErrLockBusy) {
-		t.Fatalf("TryHold after 3 TTLs: %v, want busy", err)
+		t.Fatalf("TryHold after 2.5 TTLs: %v, want busy", err)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -347,11 +347,11 @@ func TestLockOneStalledRenewalIsNotALoss(t *testing.T) {
 	front, n := stallRenewals(t, s, 1, nil)
 	c := lockClient(t, front, s.Token)
 	ctx := context.Background()
-	l, err := c.Hold(ctx, "jobs", "hiccup", client.LockOptions{TTL: 900 * time.Millisecond})
+	l, err := c.Hold(ctx, "jobs", "hiccup", client.LockOptions{TTL: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(3500 * time.Millisecond)
 	if err := l.Err(); err != nil {
 		t.Fatalf("after one stalled renewal: %v", err)
 	}
