@@ -77,15 +77,13 @@ type Lease struct {
 
 // leaseAnswer is the lease as the server writes it.
 type leaseAnswer struct {
-	LeaseID   string    `json:"lease_id"`
-	RequestID string    `json:"request_id"`
-	Name      string    `json:"name"`
-	Key       string    `json:"key"`
-	Limit     int       `json:"limit"`
-	Fence     int64     `json:"fence"`
-	TTLMS     int64     `json:"ttl_ms"`
-	ExpiresAt time.Time `json:"expires_at"`
-	State     string    `json:"state"`
+	LeaseID   string `json:"lease_id"`
+	RequestID string `json:"request_id"`
+	Name      string `json:"name"`
+	Key       string `json:"key"`
+	Limit     int    `json:"limit"`
+	Fence     int64  `json:"fence"`
+	TTLMS     int64  `json:"ttl_ms"`
 }
 
 // LockInfo is what InspectLock answers of a key.
@@ -142,14 +140,10 @@ func (c *Client) acquire(ctx context.Context, name, key string, o LockOptions, w
 				return nil, fmt.Errorf("acquire %s/%s: %w: %w", name, key, ErrLockBusy, context.DeadlineExceeded)
 			}
 		}
-		body, err := json.Marshal(map[string]any{"request_id": id, "name": name, "key": key,
+		acq := lockCall("/v1/locks/acquire", map[string]any{"request_id": id, "name": name, "key": key,
 			"ttl_ms": o.TTL.Milliseconds(), "wait_ms": waitFor.Milliseconds(), "limit": o.Limit})
-		if err != nil {
-			return nil, err
-		}
-		a, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/locks/acquire",
-			header: http.Header{"Content-Type": {"application/json"}}, body: body,
-			timeout: waitFor + c.retry.AttemptTimeout})
+		acq.timeout = waitFor + c.retry.AttemptTimeout
+		a, err := c.do(ctx, acq)
 		if StatusOf(err) == http.StatusLocked {
 			switch {
 			case !wait:
@@ -263,10 +257,9 @@ func (l *Lease) renewOnce(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	body, _ := json.Marshal(map[string]string{"lease_id": l.ID})
-	_, err := l.c.do(rctx, call{method: http.MethodPost, path: "/v1/locks/renew",
-		header: http.Header{"Content-Type": {"application/json"}}, body: body,
-		timeout: max(min(l.TTL/3, time.Until(deadline)), time.Millisecond)})
+	renew := lockCall("/v1/locks/renew", map[string]string{"lease_id": l.ID})
+	renew.timeout = max(min(l.TTL/3, time.Until(deadline)), time.Millisecond)
+	_, err := l.c.do(rctx, renew)
 	switch s := StatusOf(err); {
 	case err == nil:
 		l.mu.Lock()
@@ -310,9 +303,7 @@ func (l *Lease) release(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("release %s/%s: %w", l.Name, l.Key, ctx.Err())
 	}
-	body, _ := json.Marshal(map[string]string{"lease_id": l.ID})
-	rel := call{method: http.MethodPost, path: "/v1/locks/release",
-		header: http.Header{"Content-Type": {"application/json"}}, body: body}
+	rel := lockCall("/v1/locks/release", map[string]string{"lease_id": l.ID})
 	if err := l.Err(); err != nil {
 		_, _ = l.c.do(ctx, rel) // free it anyway if the server still has it
 		return err
@@ -328,6 +319,13 @@ func (l *Lease) release(ctx context.Context) error {
 		l.cancel(errReleased)
 		return fmt.Errorf("release %s/%s: %w", l.Name, l.Key, err)
 	}
+}
+
+// lockCall is a POST of v, as JSON, to a lock route. v is a map of
+// strings and numbers: its encoding cannot fail.
+func lockCall(path string, v any) call {
+	body, _ := json.Marshal(v)
+	return call{method: http.MethodPost, path: path, header: http.Header{"Content-Type": {"application/json"}}, body: body}
 }
 
 // InspectLock answers what the server knows of a key of the token's

@@ -144,6 +144,10 @@ func (e *ProviderError) Error() string {
 
 func (e *ProviderError) Unwrap() error { return e.Err }
 
+// RetryWait is the provider's Retry-After, for leasequeue.RetryWait: the
+// task's next try comes no sooner.
+func (e *ProviderError) RetryWait() time.Duration { return e.RetryAfter }
+
 // RetryAfter reports how long the provider behind err asked to wait before
 // the next try, when it said so (a 429 or 503 with Retry-After).
 func RetryAfter(err error) (time.Duration, bool) {

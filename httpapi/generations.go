@@ -99,14 +99,13 @@ func serveIntent[In any](s *Server, w http.ResponseWriter, r *http.Request, rout
 			s.Error(w, r, err)
 			return
 		}
+		noteRequestID(r.Context(), requestID)
 		a, ok, err := route.replay(r.Context(), actor, requestID, seen.fingerprint)
-		if err != nil {
-			noteRequestID(r.Context(), requestID)
+		switch {
+		case err != nil:
 			s.Error(w, r, err)
 			return
-		}
-		if ok {
-			noteRequestID(r.Context(), requestID)
+		case ok:
 			s.answerIntent(w, r, a)
 			return
 		}

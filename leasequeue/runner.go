@@ -352,6 +352,22 @@ func Backoff(base, max time.Duration, attempt int, r float64) time.Duration {
 	return half + time.Duration(r*float64(d-half))
 }
 
+// RetryWait is the wait before the next try after attempt (1-based)
+// failed with err: Backoff, or longer when an error in err's chain asks
+// for a wait of its own through a RetryWait method (a provider's or a
+// receiver's 429 or 503 with Retry-After; the asker bounds what it asks).
+// A permanent failure is not tried again, whatever this answers.
+func RetryWait(base, max time.Duration, attempt int, r float64, err error) time.Duration {
+	d := Backoff(base, max, attempt, r)
+	var asker interface{ RetryWait() time.Duration }
+	if errors.As(err, &asker) {
+		if asked := asker.RetryWait(); asked > d {
+			d = asked
+		}
+	}
+	return d
+}
+
 // holdCap is how many leases the runner may hold now, and how many must be
 // free before it claims again.
 func (r *run[T]) holdCap() (hold, claimAt int) {

@@ -56,6 +56,10 @@ type retryLaterError struct {
 func (e retryLaterError) Error() string { return e.err.Error() }
 func (e retryLaterError) Unwrap() error { return e.err }
 
+// RetryWait is the receiver's wait, for leasequeue.RetryWait: the item's
+// next try comes no sooner.
+func (e retryLaterError) RetryWait() time.Duration { return min(e.after, MaxRetryAfter) }
+
 // RetryLater marks err as transient with the wait the receiver asked
 // for: the item's next attempt comes no sooner than after (bounded by
 // MaxRetryAfter), however short its backoff would be.
@@ -71,7 +75,7 @@ func RetryLater(err error, after time.Duration) error {
 func RetryAfter(err error) (time.Duration, bool) {
 	var r retryLaterError
 	if errors.As(err, &r) && r.after > 0 {
-		return min(r.after, MaxRetryAfter), true
+		return r.RetryWait(), true
 	}
 	return 0, false
 }

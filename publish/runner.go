@@ -230,10 +230,8 @@ func (h *items) Run(ctx context.Context, _ *leasequeue.Session, it store.Claimed
 			outcome = OutcomeReleased
 		}
 	default:
-		backoff := leasequeue.Backoff(h.cfg.RetryBase, h.cfg.RetryMax, it.Attempt, mrand.Float64())
-		if d, ok := RetryAfter(err); ok && d > backoff {
-			backoff = d // the receiver said when
-		}
+		// No sooner than the receiver said (429, 503 with Retry-After).
+		backoff := leasequeue.RetryWait(h.cfg.RetryBase, h.cfg.RetryMax, it.Attempt, mrand.Float64(), err)
 		state, ferr := h.cfg.Store.FailItem(sctx, store.ItemFailure{ItemLease: it.ItemLease, Error: err.Error(),
 			Permanent: IsPermanent(err), MaxAttempts: h.cfg.MaxAttempts, Backoff: backoff})
 		switch {

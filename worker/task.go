@@ -248,13 +248,10 @@ func (r *run) settle(tr *taskRun, err error) {
 	}
 	permanent := generator.IsPermanent(err)
 	msg := fmt.Sprintf("attempt %d: %v", tr.c.Attempt, err)
-	backoff := leasequeue.Backoff(r.cfg.RetryBase, r.cfg.RetryMax, tr.c.Attempt, rand.Float64())
+	// No sooner than the provider said (429, 503 with Retry-After).
+	backoff := leasequeue.RetryWait(r.cfg.RetryBase, r.cfg.RetryMax, tr.c.Attempt, rand.Float64(), err)
 	ctx, cancel := context.WithTimeout(r.s.Background(), storeTimeout)
 	defer cancel()
-	if d, ok := generator.RetryAfter(err); ok && !permanent && d > backoff {
-		// The provider said when to come back (429, 503 Retry-After).
-		backoff = d
-	}
 	state, ferr := r.cfg.Store.FailTask(ctx, store.Failure{
 		Lease: tr.c.Lease, Error: msg, Permanent: permanent, MaxAttempts: r.cfg.MaxAttempts, Backoff: backoff,
 	})

@@ -162,24 +162,10 @@ func (t *writeTx) queryRow(q string, args []any, dest ...any) error {
 // (see conn.queryRow). The request path's point reads (a token, a
 // binding, a batch) go through it: through database/sql each one paid a
 // quarter of its time around SQLite (the pool's statement look-up, Rows
-// and its locks, Scan's conversions by reflection). A connection that
-// answers driver.ErrBadConn is closed by database/sql and the read tried
-// again on another, as database/sql's own queries do.
+// and its locks, Scan's conversions by reflection). The driver answers
+// driver.ErrBadConn only from ResetSession, which db.Conn already retries
+// on another connection, so a read has nothing to retry.
 func readRow(ctx context.Context, db *sql.DB, q string, args []any, dest ...any) error {
-	var err error
-	for range badConnTries {
-		if err = readRowOnce(ctx, db, q, args, dest...); !errors.Is(err, driver.ErrBadConn) {
-			break
-		}
-	}
-	return err
-}
-
-// badConnTries is how many connections readRow tries when each answers
-// driver.ErrBadConn (database/sql's own count).
-const badConnTries = 3
-
-func readRowOnce(ctx context.Context, db *sql.DB, q string, args []any, dest ...any) error {
 	c, err := db.Conn(ctx)
 	if err != nil {
 		return err
