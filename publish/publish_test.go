@@ -174,9 +174,11 @@ type receiver struct {
 	// answer picks the status of the nth delivery (0-based) of an item.
 	answer func(itemID string, nth int) int
 	srv    *httptest.Server
-	// retryAfter, when set, is the Retry-After of every answer that is
-	// not a 2xx (setRetryAfter).
-	retryAfter string
+	// retryAfter, when set, makes the Retry-After of every answer that
+	// is not a 2xx (setRetryAfter). It is called as the answer is
+	// written, so that an HTTP date is ahead of the answer, not of the
+	// test's start.
+	retryAfter func() string
 }
 
 type delivery struct {
@@ -212,8 +214,10 @@ func newReceiver(t *testing.T, answer func(itemID string, nth int) int) *receive
 		if rc.answer != nil {
 			status = rc.answer(d.ItemID, nth)
 		}
-		if retryAfter != "" && (status < 200 || status > 299) {
-			w.Header().Set("Retry-After", retryAfter)
+		if retryAfter != nil && (status < 200 || status > 299) {
+			if v := retryAfter(); v != "" {
+				w.Header().Set("Retry-After", v)
+			}
 		}
 		w.WriteHeader(status)
 	}))
@@ -221,7 +225,7 @@ func newReceiver(t *testing.T, answer func(itemID string, nth int) int) *receive
 	return rc
 }
 
-func (rc *receiver) setRetryAfter(v string) {
+func (rc *receiver) setRetryAfter(v func() string) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	rc.retryAfter = v
@@ -354,7 +358,8 @@ func TestWebhookHonoursRetryAfter(t *testing.T) {
 	}{
 		{"429 seconds", http.StatusTooManyRequests, func() string { return "1" }, time.Second},
 		{"503 seconds", http.StatusServiceUnavailable, func() string { return "1" }, time.Second},
-		// An HTTP date has whole seconds: 2 s ahead is more than 1 s ahead.
+		// An HTTP date has whole seconds: 2 s ahead of the answer, cut to
+		// the second, is still at least 1 s ahead of it.
 		{"429 date", http.StatusTooManyRequests, func() string { return time.Now().Add(2 * time.Second).UTC().Format(http.TimeFormat) }, time.Second},
 	} {
 		status := c.status
@@ -367,7 +372,7 @@ func TestWebhookHonoursRetryAfter(t *testing.T) {
 				}
 				return http.StatusOK
 			})
-			rc.setRetryAfter(c.retryAfter())
+			rc.setRetryAfter(c.retryAfter)
 			batch, assets := e.batch("gen", 1)
 			pub := e.publication("pub", batch, assets, intent.ChannelWebhook)
 			e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(rc.srv.URL)},
@@ -412,7 +417,7 @@ func TestWebhookRetryAfterError(t *testing.T) {
 	}
 	for _, c := range cases {
 		rc := newReceiver(t, func(string, int) int { return c.status })
-		rc.setRetryAfter(c.retryAfter)
+		rc.setRetryAfter(func() string { return c.retryAfter })
 		err := e.webhook(rc.srv.URL).Publish(context.Background(), store.ClaimedItem{PublicationItem: items[0], Attempt: 1})
 		if err == nil || publish.IsPermanent(err) {
 			t.Fatalf("%d, Retry-After %q: %v, want a transient error", c.status, c.retryAfter, err)
