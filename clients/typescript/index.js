@@ -140,13 +140,13 @@ export class NamedLock {
    */
   async hold(key, options = {}) {
     const o = { ...this.defaults, ...options };
-    const requestId = crypto.randomUUID();
+    const body = this.#body(key, o.ttlMs, o.limit);
     const start = Date.now();
     for (;;) {
       const left = o.waitMs == null ? null : Math.max(0, o.waitMs - (Date.now() - start));
       const step = left == null ? MAX_WAIT_PER_REQUEST_MS : Math.min(left, MAX_WAIT_PER_REQUEST_MS);
       try {
-        return await this.#acquire(requestId, key, o.ttlMs, step, o.limit);
+        return await this.#acquire(body, step);
       } catch (e) {
         if (!(e instanceof LockTimeoutError) || (left != null && left <= step)) throw e;
       }
@@ -162,7 +162,7 @@ export class NamedLock {
   async tryHold(key, options = {}) {
     const o = { ...this.defaults, ...options };
     try {
-      return await this.#acquire(crypto.randomUUID(), key, o.ttlMs, 0, o.limit);
+      return await this.#acquire(this.#body(key, o.ttlMs, o.limit), 0);
     } catch (e) {
       if (e instanceof LockTimeoutError) return null;
       throw e;
@@ -206,25 +206,59 @@ export class NamedLock {
   }
 
   /**
-   * @param {string} requestId @param {string} key @param {number} ttlMs
-   * @param {number} waitMs @param {number} limit
+   * An acquire's body under a new request id (wait_ms is set per call).
+   * @param {string} key @param {number} ttlMs @param {number} limit
+   */
+  #body(key, ttlMs, limit) {
+    return { request_id: crypto.randomUUID(), name: this.name, key, ttl_ms: ttlMs, wait_ms: 0, limit };
+  }
+
+  /**
+   * One acquire with its tries. A try whose answer is lost (no answer,
+   * 502, 503, 504) is sent again with the same request id. If one was
+   * lost, the lease that comes back may be the one the lost try was
+   * granted, at a time unknown here: it is renewed at once, which says
+   * whether it still holds and from when its TTL counts. If it had ended
+   * (410 for the id, or for the renewal), the acquire asks anew under a
+   * new request id (body.request_id changes).
+   * @param {{request_id: string, wait_ms: number}} body @param {number} waitMs
    * @returns {Promise<Lease>}
    */
-  async #acquire(requestId, key, ttlMs, waitMs, limit) {
-    const body = { request_id: requestId, name: this.name, key, ttl_ms: ttlMs, wait_ms: waitMs, limit };
+  async #acquire(body, waitMs) {
+    body.wait_ms = waitMs;
     let delay = 50;
-    for (let attempt = 0; ; attempt++) {
+    let failures = 0;
+    let lostAnswer = false;
+    for (;;) {
+      let doc;
       try {
-        const doc = await this.client.call("POST", "/v1/locks/acquire", body, waitMs + this.client.timeoutMs);
-        return new Lease(this.client, doc);
+        doc = await this.client.call("POST", "/v1/locks/acquire", body, waitMs + this.client.timeoutMs);
       } catch (e) {
-        if (e instanceof LockError && e.status === 423) throw new LockTimeoutError(e.status, e.detail);
-        if (e instanceof LockError && (e.status === 0 || RETRY_STATUSES.has(e.status)) && attempt < 5) {
+        if (!(e instanceof LockError)) throw e;
+        if (e.status === 423) throw new LockTimeoutError(e.status, e.detail);
+        if (e.status === 410 && lostAnswer) {
+          body.request_id = crypto.randomUUID();
+          lostAnswer = false;
+          continue;
+        }
+        if ((e.status === 0 || RETRY_STATUSES.has(e.status)) && failures < 5) {
+          failures++;
+          lostAnswer = true;
           await new Promise((r) => setTimeout(r, delay));
           delay *= 2;
           continue;
         }
         throw e;
+      }
+      if (!lostAnswer) return new Lease(this.client, doc);
+      const sent = performance.now();
+      try {
+        const renewed = await this.client.call("POST", "/v1/locks/renew", { lease_id: doc.lease_id });
+        return new Lease(this.client, { ...doc, expires_at: renewed.expires_at }, sent);
+      } catch (e) {
+        if (!(e instanceof LockError) || (e.status !== 404 && e.status !== 410)) throw e;
+        body.request_id = crypto.randomUUID();
+        lostAnswer = false;
       }
     }
   }
@@ -247,8 +281,13 @@ export class Lease {
   /** @type {Promise<void> | null} */
   #renewing = null;
 
-  /** @param {LockClient} client @param {any} doc */
-  constructor(client, doc) {
+  /**
+   * @param {LockClient} client @param {any} doc
+   * @param {number} [countedFrom] performance.now() when the lease was last
+   * known held (a renewal's sending); by default, now (the acquire's answer
+   * came: it was granted just before)
+   */
+  constructor(client, doc, countedFrom = performance.now()) {
     this.#client = client;
     this.#id = doc.lease_id;
     /** @type {string} */ this.requestId = doc.request_id;
@@ -258,7 +297,7 @@ export class Lease {
     /** @type {number} */ this.fence = doc.fence;
     /** @type {number} */ this.ttlMs = doc.ttl_ms;
     /** @type {string} */ this.expiresAt = doc.expires_at;
-    this.#deadline = performance.now() + this.ttlMs;
+    this.#deadline = countedFrom + this.ttlMs;
     this.#schedule(this.ttlMs / 3);
   }
 

@@ -100,7 +100,7 @@ class Lease:
     within the TTL). Use it as a context manager, or call release().
     """
 
-    def __init__(self, client: "Locks", doc: Dict[str, Any]):
+    def __init__(self, client: "Locks", doc: Dict[str, Any], counted_from: Optional[float] = None):
         self._client = client
         self._id: str = doc["lease_id"]
         self.request_id: str = doc["request_id"]
@@ -116,8 +116,9 @@ class Lease:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         # By the local clock: the lease is surely over after this, counted
-        # from when the last good renewal (or the acquire) was sent.
-        self._deadline = time.monotonic() + self.ttl
+        # from when the last good renewal was sent (or the acquire's answer
+        # came: it was granted just before).
+        self._deadline = (time.monotonic() if counted_from is None else counted_from) + self.ttl
         self._thread = threading.Thread(target=self._renew_loop, name=f"studio-lock-renew-{self.key}", daemon=True)
         self._thread.start()
 
@@ -206,6 +207,12 @@ class Lease:
             raise
 
 
+def _acquire_body(name: str, key: str, ttl: float, limit: int) -> Dict[str, Any]:
+    """An acquire's body under a new request id (wait_ms is set per call)."""
+    return {"request_id": str(uuid.uuid4()), "name": name, "key": key,
+            "ttl_ms": int(round(ttl * 1000)), "wait_ms": 0, "limit": limit}
+
+
 class Locks:
     """A client of one studio server's lock API, acting as the actor of its
     token. Safe to share between threads."""
@@ -228,15 +235,16 @@ class Locks:
 
         One request id names the whole call: if an answer is lost on the way
         and the call is sent again, the server answers the lease it granted
-        instead of granting a second one.
+        instead of granting a second one. That lease is renewed at once; if
+        it had already ended, the call asks anew under a new id.
         """
-        request_id = str(uuid.uuid4())
+        body = _acquire_body(name, key, ttl, limit)
         start = time.monotonic()
         while True:
             left = None if wait is None else max(0.0, wait - (time.monotonic() - start))
             step = MAX_WAIT_PER_REQUEST if left is None else min(left, MAX_WAIT_PER_REQUEST)
             try:
-                return self._acquire(request_id, name, key, ttl, step, limit)
+                return self._acquire(body, step)
             except LockTimeout:
                 if left is not None and left <= step:
                     raise
@@ -244,7 +252,7 @@ class Locks:
     def try_hold(self, name: str, key: str, ttl: float = 30.0, limit: int = 0) -> Optional[Lease]:
         """The Lease if the key is free now, else None."""
         try:
-            return self._acquire(str(uuid.uuid4()), name, key, ttl, 0.0, limit)
+            return self._acquire(_acquire_body(name, key, ttl, limit), 0.0)
         except LockTimeout:
             return None
 
@@ -255,23 +263,42 @@ class Locks:
             q["limit"] = str(limit)
         return Info(self._call("GET", "/v1/locks/inspect?" + urllib.parse.urlencode(q), None))
 
-    def _acquire(self, request_id: str, name: str, key: str, ttl: float, wait: float, limit: int) -> Lease:
-        body = {"request_id": request_id, "name": name, "key": key,
-                "ttl_ms": int(round(ttl * 1000)), "wait_ms": int(round(wait * 1000)), "limit": limit}
-        delay = 0.05
-        for attempt in range(6):
+    def _acquire(self, body: Dict[str, Any], wait: float) -> Lease:
+        """One acquire with its tries. A try whose answer is lost (no
+        answer, 502, 503, 504) is sent again with the same request id. If
+        one was lost, the lease that comes back may be the one the lost
+        try was granted, at a time unknown here: it is renewed at once,
+        which says whether it still holds and from when its TTL counts.
+        If it had ended (410 for the id, or for the renewal), the acquire
+        asks anew under a new request id (body["request_id"] changes)."""
+        body["wait_ms"] = int(round(wait * 1000))
+        delay, failures, lost_answer = 0.05, 0, False
+        while True:
             try:
                 doc = self._call("POST", "/v1/locks/acquire", body, timeout=wait + self._timeout)
-                return Lease(self, doc)
             except LockError as e:
                 if e.status == 423:
                     raise LockTimeout(e.status, e.detail) from None
-                if (e.status == 0 or e.status in _RETRY_STATUSES) and attempt < 5:
+                if e.status == 410 and lost_answer:
+                    body["request_id"], lost_answer = str(uuid.uuid4()), False
+                    continue
+                if (e.status == 0 or e.status in _RETRY_STATUSES) and failures < 5:
+                    failures, lost_answer = failures + 1, True
                     time.sleep(delay)
                     delay *= 2
                     continue
                 raise
-        raise AssertionError("unreachable")
+            if not lost_answer:
+                return Lease(self, doc)
+            sent = time.monotonic()
+            try:
+                renewed = self._call("POST", "/v1/locks/renew", {"lease_id": doc["lease_id"]})
+            except LockError as e:
+                if e.status in (404, 410):
+                    body["request_id"], lost_answer = str(uuid.uuid4()), False
+                    continue
+                raise
+            return Lease(self, dict(doc, expires_at=renewed["expires_at"]), counted_from=sent)
 
     def _call(self, method: str, path: str, body: Optional[Dict[str, Any]], timeout: Optional[float] = None) -> Dict[str, Any]:
         data = None

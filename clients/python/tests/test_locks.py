@@ -146,22 +146,69 @@ class LocksTest(unittest.TestCase):
         key = fresh_key("lost-answer")
         locks = Locks(URL, TOKEN)
         real = locks._call
-        granted = []
+        granted, renewed = [], []
 
         def flaky(method, path, body, timeout=None):
             doc = real(method, path, body, timeout)
             if path == "/v1/locks/acquire" and not granted:
                 granted.append(doc)
                 raise LockError(0, "connection reset")  # the answer is lost on the way
+            if path == "/v1/locks/renew":
+                renewed.append(doc)
             return doc
 
         locks._call = flaky
-        with locks.hold("py", key, ttl=5) as lease:
+        with locks.hold("py", key, ttl=30) as lease:
             # The retry got the lease the server had granted, not a second one.
             self.assertEqual(lease._id, granted[0]["lease_id"])
             self.assertEqual(lease.fence, granted[0]["fence"])
             self.assertEqual(len(locks.inspect("py", key).holders), 1)
+            # Granted at a time the client does not know: renewed at once
+            # (the background renewals come only after ttl/3, 10 s).
+            self.assertEqual(len(renewed), 1)
+            self.assertEqual(lease.expires_at, renewed[0]["expires_at"])
         self.assertFalse(locks.inspect("py", key).held)
+
+    def _answer_lost_then(self, delay_path):
+        """A client whose first acquire is granted and its answer lost;
+        the next call to delay_path waits 1.6 s (past a 1 s TTL) first."""
+        locks = Locks(URL, TOKEN)
+        real = locks._call
+        granted, delayed = [], []
+
+        def flaky(method, path, body, timeout=None):
+            if path == delay_path and granted and not delayed:
+                delayed.append(path)
+                time.sleep(1.6)
+            doc = real(method, path, body, timeout)
+            if path == "/v1/locks/acquire" and not granted:
+                granted.append(doc)
+                raise LockError(0, "connection reset")
+            return doc
+
+        locks._call = flaky
+        return locks, granted
+
+    def test_lost_answer_whose_lease_ended_asks_anew(self):
+        # The retry comes after the granted lease's TTL: the server answers
+        # 410 for that request id, and hold asks anew under a new one.
+        key = fresh_key("lost-late")
+        locks, granted = self._answer_lost_then("/v1/locks/acquire")
+        with locks.hold("py", key, ttl=1) as lease:
+            self.assertNotEqual(lease.request_id, granted[0]["request_id"])
+            self.assertGreater(lease.fence, granted[0]["fence"])
+            holders = locks.inspect("py", key).holders
+            self.assertEqual([h.fence for h in holders], [lease.fence])
+
+    def test_replayed_lease_that_ended_before_its_renewal_asks_anew(self):
+        # The retry gets the granted lease back, but it ends before the
+        # renewal that follows: hold asks anew under a new request id.
+        key = fresh_key("replay-late")
+        locks, granted = self._answer_lost_then("/v1/locks/renew")
+        with locks.hold("py", key, ttl=1) as lease:
+            self.assertNotEqual(lease.request_id, granted[0]["request_id"])
+            self.assertGreater(lease.fence, granted[0]["fence"])
+            self.assertFalse(lease.lost.is_set())
 
     def test_semaphore(self):
         key = fresh_key("sem")

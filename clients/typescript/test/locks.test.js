@@ -108,26 +108,74 @@ test("a lease whose renewals stop is lost: the signal aborts and withLock throws
   await next.release();
 });
 
-test("an acquire whose answer is lost is retried with the same request id: one lease", { skip }, async () => {
+test("an acquire whose answer is lost is retried with the same request id: one lease, renewed at once", { skip }, async () => {
   const c = new LockClient({ url: STUDIO_URL, token: STUDIO_TOKEN });
   const real = c.call.bind(c);
   let granted = null;
+  const renewed = [];
   c.call = async (method, path, body, timeoutMs) => {
     const doc = await real(method, path, body, timeoutMs);
     if (path === "/v1/locks/acquire" && granted === null) {
       granted = doc;
       throw new LockError(0, "connection reset"); // the answer is lost on the way
     }
+    if (path === "/v1/locks/renew") renewed.push(doc);
     return doc;
   };
-  const lock = c.lock("ts", { ttlMs: 5000 });
+  const lock = c.lock("ts", { ttlMs: 30_000 });
   const key = fresh("lost-answer");
   await lock.withLock(key, async (_signal, lease) => {
     assert.equal(lease.fence, granted.fence);
     assert.equal(lease.requestId, granted.request_id);
     assert.equal((await lock.inspect(key)).holders.length, 1);
+    // Granted at a time the client does not know: renewed at once (the
+    // background renewals come only after ttl/3, 10 s).
+    assert.equal(renewed.length, 1);
+    assert.equal(lease.expiresAt, renewed[0].expires_at);
   });
   assert.equal((await lock.inspect(key)).held, false);
+});
+
+// A client whose first acquire is granted and its answer lost; the next
+// call to delayPath waits 1.6 s (past a 1 s TTL) first.
+function answerLostThen(delayPath) {
+  const c = new LockClient({ url: STUDIO_URL, token: STUDIO_TOKEN });
+  const real = c.call.bind(c);
+  const state = { granted: null, delayed: false };
+  c.call = async (method, path, body, timeoutMs) => {
+    if (path === delayPath && state.granted !== null && !state.delayed) {
+      state.delayed = true;
+      await sleep(1600);
+    }
+    const doc = await real(method, path, body, timeoutMs);
+    if (path === "/v1/locks/acquire" && state.granted === null) {
+      state.granted = doc;
+      throw new LockError(0, "connection reset");
+    }
+    return doc;
+  };
+  return { lock: c.lock("ts", { ttlMs: 1000 }), state };
+}
+
+test("a lost answer whose lease ended before the retry (410): hold asks anew under a new id", { skip }, async () => {
+  const { lock, state } = answerLostThen("/v1/locks/acquire");
+  const key = fresh("lost-late");
+  await lock.withLock(key, async (signal, lease) => {
+    assert.notEqual(lease.requestId, state.granted.request_id);
+    assert.ok(lease.fence > state.granted.fence);
+    assert.deepEqual((await lock.inspect(key)).holders.map((h) => h.fence), [lease.fence]);
+    assert.equal(signal.aborted, false);
+  });
+});
+
+test("a replayed lease that ended before its renewal: hold asks anew under a new id", { skip }, async () => {
+  const { lock, state } = answerLostThen("/v1/locks/renew");
+  const key = fresh("replay-late");
+  await lock.withLock(key, async (signal, lease) => {
+    assert.notEqual(lease.requestId, state.granted.request_id);
+    assert.ok(lease.fence > state.granted.fence);
+    assert.equal(signal.aborted, false);
+  });
 });
 
 test("semaphore: limit holders, then 423; another limit is 409", { skip }, async () => {
