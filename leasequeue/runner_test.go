@@ -219,7 +219,7 @@ func TestStopGrace(t *testing.T) {
 	q := newQueue(2)
 	var itemsEnded atomic.Int32
 	loopSawItemsEnded := make(chan int32, 1)
-	causes := make(chan error, 2)
+	ends := map[string]chan error{"item-000": make(chan error, 1), "item-001": make(chan error, 1)}
 	started := make(chan struct{}, 2)
 	q.run = func(ctx context.Context, item string) {
 		defer itemsEnded.Add(1)
@@ -227,11 +227,11 @@ func TestStopGrace(t *testing.T) {
 		if item == "item-000" {
 			// ends by itself, after the stop began
 			time.Sleep(20 * time.Millisecond)
-			causes <- nil
+			ends[item] <- nil
 			return
 		}
 		<-ctx.Done()
-		causes <- context.Cause(ctx)
+		ends[item] <- context.Cause(ctx)
 	}
 	r := newRunner(t, leasequeue.Config{
 		Concurrency: 2, Grace: 100 * time.Millisecond,
@@ -243,7 +243,7 @@ func TestStopGrace(t *testing.T) {
 	<-started
 	<-started
 	r.Stop(context.Background())
-	got := []error{<-causes, <-causes}
+	got := []error{<-ends["item-000"], <-ends["item-001"]} // in either order of ending
 	if got[0] != nil || !errors.Is(got[1], leasequeue.ErrStopping) {
 		t.Fatalf("causes %v, want the quick item to end by itself and the other with ErrStopping", got)
 	}
@@ -290,10 +290,12 @@ func TestStartStopInAnyOrder(t *testing.T) {
 func TestSlowClaimIsRenewedFirst(t *testing.T) {
 	t.Parallel()
 	q := newQueue(2)
-	q.claimDelays = []time.Duration{0, 600 * time.Millisecond}
+	// The claim takes two TTLs; renewals take a third of one, with two
+	// thirds to spare for a loaded machine.
+	q.claimDelays = []time.Duration{0, 1800 * time.Millisecond}
 	var renewed atomic.Int32
 	q.renew = func([]string) ([]string, []string, error) {
-		time.Sleep(100 * time.Millisecond) // renewals run back to back
+		time.Sleep(300 * time.Millisecond) // renewals run back to back
 		renewed.Add(1)
 		return nil, nil, nil
 	}
@@ -310,7 +312,7 @@ func TestSlowClaimIsRenewedFirst(t *testing.T) {
 		}
 		causes <- context.Cause(ctx)
 	}
-	r := newRunner(t, leasequeue.Config{Concurrency: 2, LeaseTTL: 300 * time.Millisecond}, q)
+	r := newRunner(t, leasequeue.Config{Concurrency: 2, LeaseTTL: 900 * time.Millisecond}, q)
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -388,8 +388,13 @@ func TestGrantAfterCancelIsGivenBack(t *testing.T) {
 func TestLostLeaseCancelsFnOnce(t *testing.T) {
 	clock := newTestClock()
 	m := NewMemoryStoreClock(clock.Now)
+	// Every renewal is refused, as the store refuses a lease that ran
+	// out: the first one, at TTL/3, loses the lease. The TTL leaves a
+	// loaded machine room: the engine would expire the lease on its own
+	// (no renewal at all) only if the first one came a whole TTL late.
 	h := &hookStore{Store: m}
-	e := New(h, TTL(30*time.Millisecond))
+	h.renew = func(context.Context, string, string, time.Duration) (bool, error) { return false, nil }
+	e := New(h, TTL(time.Second))
 	defer e.Close()
 	var cause error
 	var fence int64
@@ -402,7 +407,7 @@ func TestLostLeaseCancelsFnOnce(t *testing.T) {
 		<-ctx.Done()
 		cause = context.Cause(ctx)
 		renewsAtLoss = h.renews.Load()
-		time.Sleep(60 * time.Millisecond) // several renewal periods
+		time.Sleep(time.Second) // three renewal periods: none may come
 		return ctx.Err()
 	})
 	var lost *LeaseLostError
@@ -460,26 +465,28 @@ func TestRenewalKeepsLeaseOneAtATime(t *testing.T) {
 	m := NewMemoryStore()
 	h := &hookStore{Store: m}
 	h.renew = func(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
-		time.Sleep(110 * time.Millisecond) // longer than the 100 ms period
+		time.Sleep(330 * time.Millisecond) // longer than the 300 ms period
 		return m.Renew(ctx, key, owner, ttl)
 	}
-	e := New(h, TTL(300*time.Millisecond))
+	// Renewals slower than their period, with 570 ms of the TTL to
+	// spare for a loaded machine.
+	e := New(h, TTL(900*time.Millisecond))
 	defer e.Close()
 	err := e.Hold(t.Context(), "k", func(ctx context.Context, l *Lease) error {
-		time.Sleep(600 * time.Millisecond)
+		time.Sleep(1800 * time.Millisecond)
 		return ctx.Err()
 	})
 	if err != nil {
 		t.Fatalf("Hold: %v", err)
 	}
 	if n := h.renews.Load(); n < 3 {
-		t.Fatalf("%d renewals in 600 ms with a 300 ms TTL, want several", n)
+		t.Fatalf("%d renewals in 1.8 s with a 900 ms TTL, want several", n)
 	}
 	if n := h.maxRenewing.Load(); n != 1 {
 		t.Fatalf("%d renewals in flight at once, want 1", n)
 	}
 	after := h.renews.Load()
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(700 * time.Millisecond)
 	if h.renews.Load() != after {
 		t.Fatal("renewals went on after Hold returned")
 	}
