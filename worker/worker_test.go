@@ -175,7 +175,7 @@ func TestStaleWorkerRecordsNothing(t *testing.T) {
 	nb := e.batch(spec{frames: 4})
 	// Long enough that A's renewals (due at ttl/3) stay in time on a
 	// loaded machine until A is frozen; B waits it out once.
-	ttl := 1500 * time.Millisecond
+	ttl := 3 * time.Second
 	a := e.pool(worker.Config{Store: spyA, Generators: gens{"sketch": pa}, Concurrency: 4, LeaseTTL: ttl})
 	var wake sync.Once
 	wakeA := func() { wake.Do(func() { spyA.unfreeze(); close(gate) }) }
@@ -188,7 +188,8 @@ func TestStaleWorkerRecordsNothing(t *testing.T) {
 
 	spyB := newSpy(e.open(), "b", led)
 	// B reads the references A stored, so it wraps the generator the same way.
-	e.pool(worker.Config{Store: spyB, Generators: gens{"sketch": newProbe(generator.NewSketch())}, Concurrency: 4, LeaseTTL: ttl})
+	// B's own leases need not lapse: the default, long TTL.
+	e.pool(worker.Config{Store: spyB, Generators: gens{"sketch": newProbe(generator.NewSketch())}, Concurrency: 4})
 	done := e.waitBatch("alice", nb.ID, ended)
 	if done.State != intent.StateSucceeded {
 		t.Fatalf("batch = %+v", done)
