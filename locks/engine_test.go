@@ -386,8 +386,7 @@ func TestGrantAfterCancelIsGivenBack(t *testing.T) {
 }
 
 func TestLostLeaseCancelsFnOnce(t *testing.T) {
-	clock := newTestClock()
-	m := NewMemoryStoreClock(clock.Now)
+	m := NewMemoryStore()
 	// Every renewal is refused, as the store refuses a lease that ran
 	// out: the first one, at TTL/3, loses the lease. The TTL leaves a
 	// loaded machine room: the engine would expire the lease on its own
@@ -403,7 +402,6 @@ func TestLostLeaseCancelsFnOnce(t *testing.T) {
 	err := e.Hold(t.Context(), "k", func(ctx context.Context, l *Lease) error {
 		fence = l.Fence()
 		context.AfterFunc(ctx, func() { cancels.Add(1) })
-		clock.Advance(time.Hour) // the store lets the lease run out
 		<-ctx.Done()
 		cause = context.Cause(ctx)
 		renewsAtLoss = h.renews.Load()
