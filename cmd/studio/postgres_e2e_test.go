@@ -285,11 +285,22 @@ func TestPostgresWorkersDrainOneKilled(t *testing.T) {
 	// (SIGSTOP) before its leases are counted, so that it cannot end them
 	// between the count and the kill; a stopped worker holding none is let
 	// go on and looked at again.
+	//
+	// kill(2) returns before the process stops, and a stopped process may
+	// have sent a COMMIT that the database has not yet applied: the
+	// completion of every task it holds can be in flight (a worker
+	// completes its tasks in one transaction). So the test waits until
+	// every thread has stopped, and counts only the leases whose rows no
+	// transaction has locked (SKIP LOCKED). A transaction the stopped
+	// worker has begun needs one more message from it to commit, so those
+	// leases are ones it can no longer end.
 	owner := workerOwner(t, workers[0])
 	waitFor(t, 3*time.Minute, "the first worker to hold a lease", func() bool {
 		workers[0].signal(syscall.SIGSTOP)
+		workers[0].waitStopped(time.Minute)
 		var held int
-		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM tasks WHERE batch_id = $1 AND state = 'running' AND lease_owner = $2`,
+		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM (SELECT id FROM tasks
+				WHERE batch_id = $1 AND state = 'running' AND lease_owner = $2 FOR SHARE SKIP LOCKED) AS held`,
 			b.ID, owner).Scan(&held); err != nil {
 			t.Fatal(err)
 		}

@@ -361,9 +361,11 @@ func TestWorkerKilledMidBatch(t *testing.T) {
 	w := f.worker("--concurrency", "8", "--lease-ttl", "1s")
 	// The worker is stopped (SIGSTOP) before the batch is read, so that
 	// the tasks seen running are still running when the kill lands; a
-	// look that finds too few is followed by SIGCONT and another.
+	// look that finds too few is followed by SIGCONT and another. It is
+	// stopped outside a write transaction (stopQuiet): one it stopped
+	// inside could still commit, and would hold up the read.
 	pollFor(t, 2*time.Minute, "tasks done and running before the kill", func() bool {
-		w.signal(syscall.SIGSTOP)
+		f.stopQuiet(w)
 		if cur := f.batch(f.c, b.ID); cur.Counts.Succeeded >= 16 && cur.Counts.Running > 0 {
 			return true
 		}
