@@ -245,7 +245,10 @@ func TestMetricsAndLogsOfWorkers(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Workers = 2
 	cfg.RetryBase = 10 * time.Millisecond
-	cfg.LeaseTTL = 2 * time.Second
+	// Short enough that the worker renews (and so finds the bumped fence)
+	// within seconds, long enough that no lease is lost to a loaded
+	// machine: the counts below are exact.
+	cfg.LeaseTTL = 6 * time.Second
 	logs := &syncBuffer{}
 	m := NewMain(cfg, modeServe, &syncBuffer{}, logs)
 	if err := m.Run(context.Background()); err != nil {
@@ -276,7 +279,7 @@ func TestMetricsAndLogsOfWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var after metricstest.Scrape
-	pollFor(t, 10*time.Second, "the worker to find its lease lost", func() bool {
+	pollFor(t, 30*time.Second, "the worker to find its lease lost", func() bool {
 		after = metricstest.Get(t, scrapeURL)
 		return after.Delta(before, "studio_task_leases_lost_total") > 0
 	})

@@ -437,7 +437,10 @@ func TestWorkerKilledMidPublication(t *testing.T) {
 		t.Fatalf("after the kill: %+v", p)
 	}
 
-	w2 := startProcess(t, env, "worker", "--concurrency", "2")
+	// The second worker keeps the default lease: the first's 1 s lease
+	// decides when the item is taken over, and a short one here could be
+	// lost on a loaded machine and deliver an item a second time.
+	w2 := startProcess(t, append(env, "STUDIO_LEASE_TTL=30s"), "worker", "--concurrency", "2")
 	p := c.waitPublication(ctx, pub.ID)
 	if p.State != "succeeded" || p.Counts.Succeeded != 6 {
 		t.Fatalf("publication %+v\n%s", p, w2.logs.String())
