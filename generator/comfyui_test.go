@@ -275,9 +275,11 @@ func TestComfyUIErrors(t *testing.T) {
 		if IsPermanent(err) || ErrorClass(err) != ClassTimeout {
 			t.Fatalf("held prompt: %v", err)
 		}
+		// The canceled wait uses the default timeout, so that only the
+		// cancel can end it.
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(30*time.Millisecond, cancel)
-		if err := g.Wait(ctx, ref); !errors.Is(err, context.Canceled) {
+		if err := sub.Wait(ctx, ref); !errors.Is(err, context.Canceled) {
 			t.Fatalf("canceled wait: %v", err)
 		}
 	})

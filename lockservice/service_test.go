@@ -233,7 +233,10 @@ func TestCloseEndsEverything(t *testing.T) {
 // forgotten: its renewals answer ErrNotFound and its request id is free.
 func TestForgetAfterRetain(t *testing.T) {
 	t.Parallel()
-	svc := newService(t, lockservice.Config{Retain: 20 * time.Millisecond}, nil)
+	// Retain is long enough that the retry right after the release comes
+	// within it on a loaded machine.
+	const retain = 500 * time.Millisecond
+	svc := newService(t, lockservice.Config{Retain: retain}, nil)
 	ctx := context.Background()
 	l, _, err := svc.Acquire(ctx, "alice", "r1", req("k", time.Second, 0))
 	if err != nil {
@@ -246,7 +249,7 @@ func TestForgetAfterRetain(t *testing.T) {
 	if _, _, err := svc.Acquire(ctx, "alice", "r1", req("k", time.Second, 0)); !errors.As(err, &ee) {
 		t.Fatalf("retry right after release: %v, want ended", err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(retain + 50*time.Millisecond)
 	if _, err := svc.Renew(ctx, "alice", l.ID); !errors.Is(err, lockservice.ErrNotFound) {
 		t.Fatalf("renew of a forgotten lease: %v", err)
 	}

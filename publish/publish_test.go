@@ -522,12 +522,13 @@ func TestRunnerRenewsLongItems(t *testing.T) {
 	pub := e.publication("pub", batch, assets, intent.ChannelGallery)
 	ch := newBlocking()
 	// Long enough that a renewal (due at ttl/3) late by a loaded machine's
-	// scheduling still lands in time; the claims below run for 4 ttl.
-	ttl := 1500 * time.Millisecond
+	// scheduling (and by the thief's writes) still lands in time; the
+	// claims below run for 3 ttl.
+	ttl := 3 * time.Second
 	e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelGallery: ch}, LeaseTTL: ttl})
 	<-ch.started
 	// Another claimer finds nothing to take the whole time.
-	deadline := time.Now().Add(4 * ttl)
+	deadline := time.Now().Add(3 * ttl)
 	for time.Now().Before(deadline) {
 		cs, err := e.st.ClaimItems(context.Background(), store.ClaimParams{Owner: "thief", Limit: 1, TTL: time.Minute})
 		if err != nil || len(cs) != 0 {
