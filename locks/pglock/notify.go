@@ -98,7 +98,10 @@ func (s *Store) listen(ctx context.Context) {
 	defer s.listening.Done()
 	backoff := listenBackoffMin
 	for ctx.Err() == nil {
-		err := s.listenConn(ctx, func() { backoff = listenBackoffMin })
+		err := s.listenConn(ctx, func() {
+			backoff = listenBackoffMin
+			s.subs.listens.Add(1)
+		})
 		if ctx.Err() != nil || err == nil {
 			return
 		}

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -167,4 +168,7 @@ type subscribers struct {
 	fns    map[int]func(slot bool, key string)
 	cancel context.CancelFunc // of the running listener, nil when none
 	done   chan struct{}      // closed when it has stopped
+	// listens counts the listening connections that have come up (their
+	// LISTEN done); releases before the first are not heard.
+	listens atomic.Int64
 }

@@ -20,6 +20,8 @@ import (
 // process (TestHelperWaiter) that waits for keys the parent holds. They
 // talk over the child's stdin and stdout, one line per step:
 //
+//	child  -> parent "ready"            the child listens for releases (or, without
+//	                                    NOTIFY, has its engine)
 //	parent -> child  "go <i>"           the parent holds "k": start waiting for it
 //	child  -> parent "waiting <i>"      this engine has a waiter queued on "k"
 //	child  -> parent "got <i> <unixns>" fn started, at this wall time
@@ -54,6 +56,13 @@ func TestHelperWaiter(t *testing.T) {
 	}
 	e := locks.New(ls, lockOpts...)
 	defer e.Close()
+	// The engine subscribed; its listening connection comes up on its own
+	// time, and a release before that is not heard (the engine's polling
+	// covers it, but this child polls once an hour).
+	for ls.notify && ls.subs.listens.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		i, ok := strings.CutPrefix(in.Text(), "go ")
@@ -117,6 +126,7 @@ func startChild(t testing.TB, url string, notify bool, poll time.Duration) *chil
 			t.Errorf("child process: %v", err)
 		}
 	})
+	c.expect(t, "ready")
 	return c
 }
 
