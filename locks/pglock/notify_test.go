@@ -38,8 +38,10 @@ func TestReleaseWakesOtherProcess(t *testing.T) {
 	schema := testSchema(t)
 	holder := locks.New(openLockDB(t, testURL(t), schema))
 	t.Cleanup(func() { holder.Close() })
-	waiter := locks.New(openLockDB(t, testURL(t), schema), locks.PollInterval(time.Hour, time.Hour), locks.Wait(30*time.Second))
+	ws := openLockDB(t, testURL(t), schema)
+	waiter := locks.New(ws, locks.PollInterval(time.Hour, time.Hour), locks.Wait(30*time.Second))
 	t.Cleanup(func() { waiter.Close() })
+	waitListening(t, ws)
 	ctx := t.Context()
 	for _, sem := range []bool{false, true} {
 		hold := func(e *locks.Engine, fn func(context.Context, *locks.Lease) error) error {
@@ -77,6 +79,20 @@ func TestReleaseWakesOtherProcess(t *testing.T) {
 		if err := <-got; err != nil {
 			t.Fatalf("semaphore %v: the waiter in the other process: %v", sem, err)
 		}
+	}
+}
+
+// waitListening waits until s's listening connection has come up (its
+// LISTEN done): a release before that is not heard, and a waiter that
+// polls once an hour would wait out its Wait.
+func waitListening(t *testing.T, s *Store) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for s.subs.listens.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the listening connection did not come up within a minute")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
