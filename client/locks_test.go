@@ -75,11 +75,13 @@ func TestLockRenewsBeyondTTL(t *testing.T) {
 	s := newStack(t, false)
 	c := lockClient(t, s.URL, s.Token)
 	ctx := context.Background()
-	l, err := c.Hold(ctx, "jobs", "long", client.LockOptions{TTL: time.Second})
+	// A 2 s TTL: a renewal (due every 667 ms) late by more than a second
+	// on a loaded machine would lose it.
+	l, err := c.Hold(ctx, "jobs", "long", client.LockOptions{TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(5 * time.Second)
 	if err := l.Err(); err != nil {
 		t.Fatalf("after 2.5 TTLs: %v", err)
 	}
@@ -347,11 +349,13 @@ func TestLockOneStalledRenewalIsNotALoss(t *testing.T) {
 	front, n := stallRenewals(t, s, 1, nil)
 	c := lockClient(t, front, s.Token)
 	ctx := context.Background()
-	l, err := c.Hold(ctx, "jobs", "hiccup", client.LockOptions{TTL: 1500 * time.Millisecond})
+	// The first renewal, at 1 s, stalls and is cut at 2 s; the next, sent
+	// then, has a second to land before the 3 s TTL ends.
+	l, err := c.Hold(ctx, "jobs", "hiccup", client.LockOptions{TTL: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3500 * time.Millisecond)
+	time.Sleep(7 * time.Second)
 	if err := l.Err(); err != nil {
 		t.Fatalf("after one stalled renewal: %v", err)
 	}
@@ -374,14 +378,14 @@ func TestLockRenewal404IsALoss(t *testing.T) {
 	})
 	c := lockClient(t, front, s.Token)
 	ctx := context.Background()
-	l, err := c.Hold(ctx, "jobs", "forgotten", client.LockOptions{TTL: 3 * time.Second})
+	l, err := c.Hold(ctx, "jobs", "forgotten", client.LockOptions{TTL: 6 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
 	select {
 	case <-l.Context().Done():
-	case <-time.After(2500 * time.Millisecond): // the first renewal comes at 1 s; the TTL ends at 3 s
+	case <-time.After(5 * time.Second): // the first renewal comes at 2 s; the TTL ends at 6 s
 		t.Fatal("a 404 on renewal did not lose the lease before its TTL")
 	}
 	if !errors.Is(context.Cause(l.Context()), client.ErrLeaseLost) {
