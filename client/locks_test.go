@@ -75,8 +75,8 @@ func TestLockRenewsBeyondTTL(t *testing.T) {
 	s := newStack(t, false)
 	c := lockClient(t, s.URL, s.Token)
 	ctx := context.Background()
-	// A 2 s TTL: a renewal (due every 667 ms) late by more than a second
-	// on a loaded machine would lose it.
+	// A 2 s TTL: a renewal (due every 667 ms) late by more than about
+	// 1.3 s on a loaded machine would lose it.
 	l, err := c.Hold(ctx, "jobs", "long", client.LockOptions{TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -382,10 +382,11 @@ func TestLockRenewal404IsALoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	held := time.Now()
 	defer l.Release(ctx)
 	select {
 	case <-l.Context().Done():
-	case <-time.After(5 * time.Second): // the first renewal comes at 2 s; the TTL ends at 6 s
+	case <-time.After(time.Until(held.Add(5 * time.Second))): // the first renewal comes at 2 s; the TTL ends at 6 s
 		t.Fatal("a 404 on renewal did not lose the lease before its TTL")
 	}
 	if !errors.Is(context.Cause(l.Context()), client.ErrLeaseLost) {

@@ -275,8 +275,8 @@ func TestComfyUIErrors(t *testing.T) {
 		if IsPermanent(err) || ErrorClass(err) != ClassTimeout {
 			t.Fatalf("held prompt: %v", err)
 		}
-		// The canceled wait uses the default timeout, so that only the
-		// cancel can end it.
+		// The canceled wait uses the test spec's 5 s timeout, far past
+		// the 30 ms cancel, so that only the cancel can end it.
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(30*time.Millisecond, cancel)
 		if err := sub.Wait(ctx, ref); !errors.Is(err, context.Canceled) {

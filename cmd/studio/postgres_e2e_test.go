@@ -382,6 +382,7 @@ func TestPostgresWorkerStoppedPastLease(t *testing.T) {
 	first := startProcess(t, env(), "worker", "--concurrency", "1", "--lease-ttl", "1s")
 	waitFor(t, time.Minute, "the first worker to claim the task", func() bool { return read().state == "running" })
 	first.signal(syscall.SIGSTOP)
+	first.waitStopped(time.Minute)
 	stoppedAt := read()
 	// The second worker's lease is the default: a loaded machine must not
 	// make it lose the task too, which would count a third attempt.

@@ -437,9 +437,10 @@ func TestWorkerKilledMidPublication(t *testing.T) {
 		t.Fatalf("after the kill: %+v", p)
 	}
 
-	// The second worker keeps the default lease: the first's 1 s lease
-	// decides when the item is taken over, and a short one here could be
-	// lost on a loaded machine and deliver an item a second time.
+	// The second worker gets the default 30 s lease (the last
+	// STUDIO_LEASE_TTL wins over env's 1 s): the first's 1 s lease decides
+	// when the item is taken over, and a short one here could be lost on a
+	// loaded machine and deliver an item a second time.
 	w2 := startProcess(t, append(env, "STUDIO_LEASE_TTL=30s"), "worker", "--concurrency", "2")
 	p := c.waitPublication(ctx, pub.ID)
 	if p.State != "succeeded" || p.Counts.Succeeded != 6 {

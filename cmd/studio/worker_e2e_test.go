@@ -362,8 +362,10 @@ func TestWorkerKilledMidBatch(t *testing.T) {
 	// The worker is stopped (SIGSTOP) before the batch is read, so that
 	// the tasks seen running are still running when the kill lands; a
 	// look that finds too few is followed by SIGCONT and another. It is
-	// stopped outside a write transaction (stopQuiet): one it stopped
-	// inside could still commit, and would hold up the read.
+	// stopped outside a write transaction (stopQuiet): stopped inside one,
+	// it may have written its commit to the WAL already (the next reader
+	// finds it, kill or not), and it can make other processes' reads fail
+	// (SQLITE_PROTOCOL; see docs/workers.md).
 	pollFor(t, 2*time.Minute, "tasks done and running before the kill", func() bool {
 		f.stopQuiet(w)
 		if cur := f.batch(f.c, b.ID); cur.Counts.Succeeded >= 16 && cur.Counts.Running > 0 {
