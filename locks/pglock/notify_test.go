@@ -41,7 +41,9 @@ func TestReleaseWakesOtherProcess(t *testing.T) {
 	ws := openLockDB(t, testURL(t), schema)
 	waiter := locks.New(ws, locks.PollInterval(time.Hour, time.Hour), locks.Wait(30*time.Second))
 	t.Cleanup(func() { waiter.Close() })
-	waitListening(t, ws)
+	if !listeningWithin(ws, time.Minute) {
+		t.Fatal("the waiter's listening connection did not come up within a minute")
+	}
 	ctx := t.Context()
 	for _, sem := range []bool{false, true} {
 		hold := func(e *locks.Engine, fn func(context.Context, *locks.Lease) error) error {
@@ -82,18 +84,18 @@ func TestReleaseWakesOtherProcess(t *testing.T) {
 	}
 }
 
-// waitListening waits until s's listening connection has come up (its
-// LISTEN done): a release before that is not heard, and a waiter that
-// polls once an hour would wait out its Wait.
-func waitListening(t *testing.T, s *Store) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+// listeningWithin waits up to d for s's listening connection to come up
+// (its LISTEN done) and says whether it did. A release before that is not
+// heard, and a waiter that polls once an hour would wait out its Wait.
+func listeningWithin(s *Store, d time.Duration) bool {
+	deadline := time.Now().Add(d)
 	for s.subs.listens.Load() == 0 {
 		if time.Now().After(deadline) {
-			t.Fatal("the listening connection did not come up within a minute")
+			return false
 		}
 		time.Sleep(time.Millisecond)
 	}
+	return true
 }
 
 // TestWithoutNotifyPolls: WithoutNotify sends no NOTIFY: a waiter with an

@@ -59,13 +59,9 @@ func TestHelperWaiter(t *testing.T) {
 	// The engine subscribed; its listening connection comes up on its own
 	// time, and a release before that is not heard (the engine's polling
 	// covers it, but this child polls once an hour).
-	deadline := time.Now().Add(time.Minute)
-	for ls.notify && ls.subs.listens.Load() == 0 {
-		if time.Now().After(deadline) {
-			fmt.Println("err 0 the listening connection did not come up within a minute")
-			return
-		}
-		time.Sleep(time.Millisecond)
+	if ls.notify && !listeningWithin(ls, time.Minute) {
+		fmt.Println("err 0 the listening connection did not come up within a minute")
+		return
 	}
 	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
