@@ -20,7 +20,10 @@ import (
 // place per engine: the rest of the wiring asks it, never the store's type.
 type engine struct {
 	// name says which database, for log lines.
-	name  string
+	name string
+	// store is the engine's store behind a store.Cache: tokens, bindings
+	// and ended batches are remembered, and forgotten within
+	// store.DefaultCacheMaxAge of a deletion by another process.
 	store store.Store
 	// lockStore opens the lock store in the same database (--lock-store
 	// db). The lock packages create their tables if missing; studio's
@@ -69,7 +72,7 @@ func openStore(ctx context.Context, cfg Config) (store.Store, error) {
 func sqliteEngine(s *sqlite.Store, cfg Config) *engine {
 	return &engine{
 		name:      "sqlite:" + cfg.sqlitePath(),
-		store:     s,
+		store:     store.NewCache(s, store.CacheConfig{}),
 		lockStore: func(ctx context.Context) (locks.Store, error) { return sqlitelock.New(ctx, s.DB()) },
 		floors:    sqlite.NewBenchFloors(s),
 		blobs: func() (blob.Store, error) {
@@ -95,7 +98,7 @@ func sqliteEngine(s *sqlite.Store, cfg Config) *engine {
 func postgresEngine(s *postgres.Store) *engine {
 	return &engine{
 		name:      "postgres",
-		store:     s,
+		store:     store.NewCache(s, store.CacheConfig{}),
 		lockStore: func(ctx context.Context) (locks.Store, error) { return pglock.New(ctx, s.Pool()) },
 		floors:    postgres.NewBenchFloors(s),
 		blobs:     func() (blob.Store, error) { return postgres.NewBlobStore(s), nil },

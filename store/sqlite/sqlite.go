@@ -27,7 +27,6 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"studio/intent"
-	"studio/internal/memo"
 	"studio/migrations"
 	"studio/store"
 )
@@ -65,12 +64,6 @@ type Store struct {
 	taskStmts taskStmts
 	// applied names the migrations Open applied.
 	applied []string
-	// bindings, tokens and heads remember what never changes once
-	// written: a request id's binding, a token's actor, a batch's head
-	// (commit.go).
-	bindings *memo.Map[bindingKey, intent.Binding]
-	tokens   *memo.Map[string, string] // token hash -> actor
-	heads    *memo.Map[string, batchHead]
 	// changes wakes this process's readers of batch changes (WatchBatch).
 	changes store.ChangeSignal
 }
@@ -121,14 +114,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	// The pools' connections are conns (conn.go): what inWriteTx
 	// prepares on the write one lives and goes with it.
-	write := openDB(dsn() + "&_txlock=immediate")
+	// auto_vacuum=INCREMENTAL takes on a new file only (an existing one
+	// keeps its mode until Vacuum converts it): freed pages can then go
+	// back to the filesystem with PRAGMA incremental_vacuum (Reclaim).
+	write := openDB(dsn("auto_vacuum(INCREMENTAL)") + "&_txlock=immediate")
 	write.SetMaxOpenConns(1)
 	write.SetMaxIdleConns(1)
 	write.SetConnMaxIdleTime(0)
 	write.SetConnMaxLifetime(0)
-	s := &Store{write: write, now: cfg.Now, path: cfg.Path,
-		bindings: memo.New[bindingKey, intent.Binding](cacheEntries), tokens: memo.New[string, string](cacheEntries),
-		heads: memo.New[string, batchHead](cacheEntries)}
+	s := &Store{write: write, now: cfg.Now, path: cfg.Path}
 	if err := s.migrate(ctx); err != nil {
 		write.Close()
 		return nil, err
