@@ -77,9 +77,6 @@ func NewCache(s Store, cfg CacheConfig) *Cache {
 	return c
 }
 
-// Unwrap is the store behind the cache.
-func (c *Cache) Unwrap() Store { return c.Store }
-
 // forgetLocked drops every value; c.mu is held (or c not yet shared).
 func (c *Cache) forgetLocked() {
 	c.gen++

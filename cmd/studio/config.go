@@ -35,6 +35,9 @@ type Config struct {
 	BodyTimeout     time.Duration
 	WriteStall      time.Duration
 	MaxUploadPixels int64
+	// Retain prunes ended batches older than this in the background
+	// (retention.go); 0 keeps everything.
+	Retain age
 }
 
 // DefaultConfig is the configuration with no flags and no environment.
@@ -56,7 +59,7 @@ func DefaultConfig() Config {
 }
 
 // commands is a set of the commands that read a Config from flags.
-type commands uint8
+type commands uint16
 
 const (
 	cmdServe commands = 1 << iota
@@ -64,11 +67,13 @@ const (
 	cmdMigrate
 	cmdToken
 	cmdBench
+	cmdPrune
+	cmdVacuum
 
 	// processes are the long-running commands: serve and worker.
 	processes = cmdServe | cmdWorker
 	// everyCommand is every command that opens the database.
-	everyCommand = processes | cmdMigrate | cmdToken | cmdBench
+	everyCommand = processes | cmdMigrate | cmdToken | cmdBench | cmdPrune | cmdVacuum
 )
 
 // commandNames names each command as its flag set does ("studio NAME").
@@ -78,6 +83,8 @@ var commandNames = map[commands]string{
 	cmdMigrate: "migrate",
 	cmdToken:   "token create",
 	cmdBench:   "bench",
+	cmdPrune:   "prune",
+	cmdVacuum:  "vacuum",
 }
 
 // flagDef is one flag of the table: its name, its environment variable,
@@ -132,6 +139,8 @@ var flags = []flagDef{
 		"an answer whose write makes no progress this long is cut; 0 = no limit"},
 	{"max-upload-pixels", "STUDIO_MAX_UPLOAD_PIXELS", cmdServe, func(c *Config) any { return &c.MaxUploadPixels },
 		"largest uploaded image, in pixels (width x height)"},
+	{"retain", "STUDIO_RETAIN", cmdServe, func(c *Config) any { return &c.Retain },
+		"prune ended batches older than this (30d, 12h) in the background; 0 = keep everything"},
 }
 
 // newFlagSet declares on cfg the flags of the table that cmd accepts, with
@@ -155,6 +164,8 @@ func newFlagSet(cmd commands, cfg *Config, stderr io.Writer) (*flag.FlagSet, fun
 			fs.Int64Var(p, d.name, *p, usage)
 		case *time.Duration:
 			fs.DurationVar(p, d.name, *p, usage)
+		case flag.Value:
+			fs.Var(p, d.name, usage)
 		default:
 			panic(fmt.Sprintf("flag --%s: no flag type for %T", d.name, p))
 		}

@@ -36,6 +36,11 @@ type engine struct {
 	// collect registers the collectors that read the database with the
 	// process's metrics: its connection pools and its tasks by state.
 	collect func(*metrics.Metrics) error
+	// reclaim gives the database file's free pages back to the
+	// filesystem after a prune; vacuum rewrites it (SQLite only: nil on
+	// PostgreSQL, whose autovacuum reuses the space).
+	reclaim func(context.Context) (int64, error)
+	vacuum  func(context.Context) (before, after int64, err error)
 	// applied names the migrations the open applied.
 	applied []string
 	// floors are the bare statements `studio bench` measures the store
@@ -75,6 +80,8 @@ func sqliteEngine(s *sqlite.Store, cfg Config) *engine {
 		store:     store.NewCache(s, store.CacheConfig{}),
 		lockStore: func(ctx context.Context) (locks.Store, error) { return sqlitelock.New(ctx, s.DB()) },
 		floors:    sqlite.NewBenchFloors(s),
+		reclaim:   s.Reclaim,
+		vacuum:    s.Vacuum,
 		blobs: func() (blob.Store, error) {
 			fs, err := blob.NewFS(filepath.Join(cfg.Data, "assets"))
 			if err != nil {

@@ -61,6 +61,11 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		return nil, err
 	}
 	m.metrics = d.metrics
+	removed, err := d.metrics.Retention(m.store.Usage)
+	if err != nil {
+		return nil, err
+	}
+	m.store = countedDeletes{m.store, removed}
 	d.wrap = wrappers{log: m.Logger, metrics: d.metrics, locks: d.locks}
 
 	if d.pubs, err = m.buildPublications(d); err != nil {

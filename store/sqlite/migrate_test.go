@@ -180,7 +180,13 @@ func TestMigration0007OnAnOldDatabase(t *testing.T) {
 		t.Error("tasks_by_batch_state is gone")
 	}
 	for _, tb := range tables {
-		if after := dump(t, s.ReadDB(), tb); !reflect.DeepEqual(after, before[tb]) {
+		after := dump(t, s.ReadDB(), tb)
+		for i := range after { // columns later migrations added come last
+			if i < len(before[tb]) && len(after[i]) > len(before[tb][i]) {
+				after[i] = after[i][:len(before[tb][i])]
+			}
+		}
+		if !reflect.DeepEqual(after, before[tb]) {
 			t.Errorf("table %s changed in the migration:\nbefore %v\nafter  %v", tb, before[tb], after)
 		}
 	}
