@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"studio/intent"
+	"studio/store"
 )
 
 // statusOf is the one map from domain error code to HTTP status. Handlers
@@ -44,7 +45,15 @@ type Problem struct {
 // internal). Internal errors are logged with their details and answered
 // with a generic detail only; other errors are the caller's and are not
 // logged here (the request log line records their status).
+//
+// A dependency fault (store.FaultOf: the database busy, unreachable, full,
+// read-only) is answered by writeFault instead: 503 or 507 with
+// Retry-After, never 500.
 func (s *Server) Error(w http.ResponseWriter, r *http.Request, err error) {
+	if f := store.FaultOf(err); f != nil && intent.ErrorCode(err) == intent.EInternal {
+		s.writeFault(w, r, f)
+		return
+	}
 	code := intent.ErrorCode(err)
 	status, ok := statusOf[code]
 	if !ok {

@@ -35,6 +35,8 @@ type Config struct {
 	BodyTimeout     time.Duration
 	WriteStall      time.Duration
 	MaxUploadPixels int64
+	DBWait          time.Duration
+	MinFreeMiB      int64
 }
 
 // DefaultConfig is the configuration with no flags and no environment.
@@ -132,6 +134,12 @@ func newFlagSet(cmd string, cfg *Config, stderr io.Writer, names ...string) (*fl
 	})
 	add("max-upload-pixels", "STUDIO_MAX_UPLOAD_PIXELS", func() {
 		fs.Int64Var(&cfg.MaxUploadPixels, "max-upload-pixels", cfg.MaxUploadPixels, "largest uploaded image, in pixels (width x height) (env STUDIO_MAX_UPLOAD_PIXELS)")
+	})
+	add("db-wait", "STUDIO_DB_WAIT", func() {
+		fs.DurationVar(&cfg.DBWait, "db-wait", cfg.DBWait, "longest a request waits for the database's write lock; then 503 with Retry-After; 0 = SQLite's 10s busy timeout (env STUDIO_DB_WAIT)")
+	})
+	add("min-free-mib", "STUDIO_MIN_FREE_MIB", func() {
+		fs.Int64Var(&cfg.MinFreeMiB, "min-free-mib", cfg.MinFreeMiB, "/readyz answers 503 while the data directory's volume has less free, in MiB; 0 = no check (env STUDIO_MIN_FREE_MIB)")
 	})
 	applyEnv := func() error {
 		set := map[string]bool{}

@@ -113,7 +113,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, mode
 	cfg := DefaultConfig()
 	names := []string{"data", "addr", "workers", "lease-ttl", "max-batch-tasks", "max-attempts", "retry-base",
 		"catalog", "database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace", "webhook-url",
-		"body-timeout", "write-stall", "max-upload-pixels"}
+		"body-timeout", "write-stall", "max-upload-pixels", "db-wait", "min-free-mib"}
 	if mode == modeWorker {
 		names = []string{"data", "concurrency", "lease-ttl", "max-attempts", "retry-base", "catalog",
 			"database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace", "webhook-url"}

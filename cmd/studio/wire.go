@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"studio/internal/diskfree"
 
 	"studio/httpapi"
 	"studio/intent"
@@ -60,6 +61,11 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	if err := m.engine.collect(d.metrics); err != nil {
 		return nil, err
 	}
+	if cfg.Data != "" {
+		if err := d.metrics.FreeBytes(func() (uint64, error) { return diskfree.Bytes(cfg.Data) }); err != nil {
+			return nil, err
+		}
+	}
 	m.metrics = d.metrics
 	d.wrap = wrappers{log: m.Logger, metrics: d.metrics, locks: d.locks}
 
@@ -104,6 +110,7 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		Metrics:      d.metrics.Handler(),
 		Observe:      d.wrap.requests(),
 		Limits:       cfg.httpLimits(),
+		DataDir:      cfg.Data,
 		UploadDir:    uploadDir,
 		Catalogs:     catalogView{d.catalog, p.Limit(), d.service.Channels},
 		UI:           web.Handler(),

@@ -7,6 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"time"
+
+	"studio/store"
 )
 
 // The intent commit runs on the write connection at the driver's level,
@@ -73,8 +77,62 @@ func (c *conn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error
 	return c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
 }
 
+// BeginTx begins a transaction (IMMEDIATE on the write pool). Its wait for
+// the write lock ends past the bound store.WithWait set on ctx, with a
+// store.FaultBusy; the transaction, once begun, lives with ctx alone (the
+// driver keeps the context given here for its COMMIT).
 func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+	d, ok := store.Wait(ctx)
+	if !ok {
+		return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+	}
+	tctx, end := context.WithCancelCause(ctx)
+	var mu sync.Mutex
+	begun := false
+	timer := time.AfterFunc(d, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !begun {
+			end(errWaitBound)
+		}
+	})
+	tx, err := c.Conn.(driver.ConnBeginTx).BeginTx(tctx, opts)
+	mu.Lock()
+	begun = true
+	mu.Unlock()
+	timer.Stop()
+	if err != nil {
+		bound := errors.Is(context.Cause(tctx), errWaitBound) && ctx.Err() == nil
+		end(nil)
+		if bound {
+			return nil, &store.Fault{Kind: store.FaultBusy, Err: fmt.Errorf("no write lock within %v: %w", d, err)}
+		}
+		return nil, err
+	}
+	return boundTx{tx, end}, nil
+}
+
+// errWaitBound ends a BEGIN that waited past store.WithWait's bound.
+var errWaitBound = errors.New("the wait for the write lock ran out")
+
+// boundTx is a transaction begun under a wait bound: its context is let go
+// when it ends.
+type boundTx struct {
+	driver.Tx
+	end context.CancelCauseFunc
+}
+
+func (t boundTx) Commit() error {
+	defer t.end(nil)
+	if err := t.Tx.Commit(); err != nil {
+		return commitFault(err)
+	}
+	return nil
+}
+
+func (t boundTx) Rollback() error {
+	defer t.end(nil)
+	return t.Tx.Rollback()
 }
 
 func (c *conn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
@@ -104,10 +162,16 @@ type writeTx struct {
 // it back. When the connection's state is in doubt it is given back as
 // bad, and database/sql closes it: closing a connection ends its
 // transaction.
+//
+// The wait for the write lock, in this process (the one connection) and
+// from others (busy_timeout), ends with ctx or past the bound
+// store.WithWait set on it: then it answers a store.FaultBusy.
 func inWriteTx(ctx context.Context, db *sql.DB, f func(*writeTx) error) error {
-	c, err := db.Conn(ctx)
+	wctx, cancel := boundWait(ctx)
+	defer cancel()
+	c, err := db.Conn(wctx)
 	if err != nil {
-		return err
+		return waitFault(ctx, wctx, err)
 	}
 	defer c.Close()
 	return c.Raw(func(dc any) (err error) {
@@ -116,12 +180,11 @@ func inWriteTx(ctx context.Context, db *sql.DB, f func(*writeTx) error) error {
 		if err != nil {
 			return err
 		}
-		// The wait for the write lock (busy_timeout) ends with ctx.
-		if _, err := st.(driver.StmtExecContext).ExecContext(ctx, nil); err != nil {
-			if ctx.Err() != nil {
+		if _, err := st.(driver.StmtExecContext).ExecContext(wctx, nil); err != nil {
+			if wctx.Err() != nil {
 				// The driver answers the context's end even for a BEGIN
 				// that took effect: the connection may hold the lock.
-				return errors.Join(fmt.Errorf("begin: %w", err), driver.ErrBadConn)
+				return errors.Join(waitFault(ctx, wctx, fmt.Errorf("begin: %w", err)), driver.ErrBadConn)
 			}
 			return fmt.Errorf("begin: %w", err)
 		}
@@ -139,7 +202,7 @@ func inWriteTx(ctx context.Context, db *sql.DB, f func(*writeTx) error) error {
 			return err
 		}
 		if _, err := t.exec("COMMIT"); err != nil {
-			return fmt.Errorf("commit: %w", err)
+			return commitFault(fmt.Errorf("commit: %w", err))
 		}
 		done = true
 		return nil

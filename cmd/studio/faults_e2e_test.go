@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite" // the second connection that holds the write lock
+)
+
+// The fault tests cause each fault of the database for real and check the
+// answer a client gets (status, Retry-After, detail), that a retry with the
+// same request id after it makes exactly one batch, and that the database
+// is intact once the fault has passed.
+
+// faultProblem is a problem answer with what the fault tests check.
+type faultProblem struct {
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+// expectFault checks a fault answer: its status, Retry-After and detail.
+func expectFault(t *testing.T, resp *http.Response, err error, p faultProblem, status int, retryAfter, detail string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	if resp.StatusCode != status || p.Status != status {
+		t.Fatalf("answered %d (%+v), want %d", resp.StatusCode, p, status)
+	}
+	if got := resp.Header.Get("Retry-After"); got != retryAfter {
+		t.Fatalf("Retry-After %q, want %q", got, retryAfter)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("content type %q", ct)
+	}
+	if !strings.HasPrefix(p.Detail, detail) {
+		t.Fatalf("detail %q, want it to begin %q", p.Detail, detail)
+	}
+}
+
+// batchesWithRequestID counts the actor's batches bound to requestID.
+func batchesWithRequestID(t *testing.T, c *client, requestID string) int {
+	t.Helper()
+	var page struct {
+		Items []struct {
+			RequestID string `json:"request_id"`
+		} `json:"items"`
+	}
+	resp, err := c.do(context.Background(), "GET", "/v1/batches?limit=500", nil, &page)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("list batches: %v %v", resp, err)
+	}
+	n := 0
+	for _, b := range page.Items {
+		if b.RequestID == requestID {
+			n++
+		}
+	}
+	return n
+}
+
+// checkSQLiteIntegrity runs PRAGMA integrity_check on the database file.
+func checkSQLiteIntegrity(t *testing.T, path string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var res string
+	if err := db.QueryRow(`PRAGMA integrity_check`).Scan(&res); err != nil || res != "ok" {
+		t.Fatalf("integrity_check: %q, %v", res, err)
+	}
+}
+
+// TestSQLiteBusyIs503: another connection holds the write lock (BEGIN
+// IMMEDIATE, as a backup tool or a sqlite3 shell left in a transaction
+// would). A create waits --db-wait, not the 10 s busy timeout, and answers
+// 503 "The database is busy." with Retry-After; reads still answer. Once
+// the lock is released the retry with the same id creates the batch, once.
+func TestSQLiteBusyIs503(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.DBWait = 200 * time.Millisecond
+	m, _ := startMain(t, cfg)
+	c := newClient(t, m.Addr(), readToken(t, cfg.Data))
+	ctx := context.Background()
+
+	other, err := sql.Open("sqlite", "file:"+filepath.Join(cfg.Data, "studio.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	hold, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	if _, err := hold.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+
+	var p faultProblem
+	resp, err := c.do(ctx, "POST", "/v1/generations", generation("busy-1", "f01", "f02"), &p)
+	expectFault(t, resp, err, p, http.StatusServiceUnavailable, "2", "The database is busy.")
+	if strings.Contains(p.Detail, "unknown") {
+		t.Fatalf("a create that never had the write lock says its outcome is unknown: %q", p.Detail)
+	}
+	// Reads go on beside the writer (WAL), and the process is ready.
+	if n := batchesWithRequestID(t, c, "busy-1"); n != 0 {
+		t.Fatalf("%d batches while the lock was held", n)
+	}
+	if resp, err := c.do(ctx, "GET", "/readyz", nil, nil); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("readyz while busy: %v %v", resp, err)
+	}
+
+	if _, err := hold.ExecContext(ctx, `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = c.do(ctx, "POST", "/v1/generations", generation("busy-1", "f01", "f02"), nil)
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("retry after the lock was released: %v %v", resp, err)
+	}
+	if n := batchesWithRequestID(t, c, "busy-1"); n != 1 {
+		t.Fatalf("%d batches after the retry, want 1", n)
+	}
+	metricsText := get(t, c, "/metrics")
+	if !strings.Contains(metricsText, `studio_database_faults_total{kind="busy"} 1`) {
+		t.Fatalf("the busy fault is not counted:\n%s", grepLines(metricsText, "database_faults"))
+	}
+	checkSQLiteIntegrity(t, filepath.Join(cfg.Data, "studio.db"))
+}
+
+// get answers the body of a GET that must answer 200.
+func get(t *testing.T, c *client, path string) string {
+	t.Helper()
+	req, err := http.NewRequest("GET", c.base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %v %v", path, resp.Status, err)
+	}
+	return string(b)
+}
+
+// grepLines answers the lines of s that hold sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// mountSmallVolume mounts a size-limited tmpfs for the test, or skips the
+// test saying why (mounting needs root and a kernel that allows it, as in
+// a CI container run as root).
+func mountSmallVolume(t *testing.T, size string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0700"); err != nil {
+		t.Skipf("skipped: cannot mount a size-limited tmpfs for the full-disk test (%v); run as root where mount is allowed", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// fillVolume writes a file in dir until the volume has no space left, and
+// answers its path.
+func fillVolume(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	// The last bytes: a block may still have room for less than buf.
+	for n := 32 << 10; n > 0; n /= 2 {
+		for {
+			if _, err := f.Write(buf[:n]); err != nil {
+				break
+			}
+		}
+	}
+	return path
+}
+
+// TestFullVolumeIs507: the data directory is on a volume that fills up.
+// Creates answer 507 "The data volume is full." with Retry-After, /readyz
+// answers 503 naming the free space, workers log the outage once when it
+// begins and once when it ends; once space is freed the retry with the
+// same id creates the batch, once, its tasks run, and the database is
+// intact.
+func TestFullVolumeIs507(t *testing.T) {
+	t.Parallel()
+	vol := mountSmallVolume(t, "24m")
+	cfg := testConfig(t)
+	cfg.Data = filepath.Join(vol, "data")
+	cfg.Workers = 1
+	cfg.MinFreeMiB = 1
+	logs := &syncBuffer{}
+	m := NewMain(cfg, modeServe, io.Discard, logs)
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	c := newClient(t, m.Addr(), readToken(t, cfg.Data))
+	ctx := context.Background()
+	if resp, err := c.do(ctx, "GET", "/readyz", nil, nil); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("readyz before: %v %v", resp, err)
+	}
+
+	filler := fillVolume(t, vol)
+	var p faultProblem
+	// A create is a handful of pages; the WAL may still have room for a
+	// few from before. Try until one does not fit.
+	var resp *http.Response
+	var err error
+	for i := 0; ; i++ {
+		p = faultProblem{}
+		resp, err = c.do(ctx, "POST", "/v1/generations", generation(fmt.Sprintf("full-%d", i), "f01", "f02"), &p)
+		if err != nil || resp.StatusCode != http.StatusCreated || i == 50 {
+			break
+		}
+	}
+	expectFault(t, resp, err, p, http.StatusInsufficientStorage, "60", "The data volume is full.")
+	failedID := ""
+	for i := 0; ; i++ {
+		if id := fmt.Sprintf("full-%d", i); batchesWithRequestID(t, c, id) == 0 {
+			failedID = id
+			break
+		}
+	}
+	var rp faultProblem
+	resp, err = c.do(ctx, "GET", "/readyz", nil, &rp)
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(rp.Detail, "below the floor of 1.0 MiB") ||
+		resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("readyz on a full volume: %v %+v %v", resp, rp, err)
+	}
+	if resp, err := c.do(ctx, "GET", "/healthz", nil, nil); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz on a full volume: %v %v", resp, err)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	var b batchAnswer
+	resp, err = c.do(ctx, "POST", "/v1/generations", generation(failedID, "f01", "f02"), &b)
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("retry after space was freed: %v %v", resp, err)
+	}
+	if n := batchesWithRequestID(t, c, failedID); n != 1 {
+		t.Fatalf("%d batches after the retry, want 1", n)
+	}
+	if resp, err := c.do(ctx, "GET", "/readyz", nil, nil); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("readyz after: %v %v", resp, err)
+	}
+	waitFor(t, time.Minute, "the batch to end", func() bool {
+		var now batchAnswer
+		resp, err := c.do(ctx, "GET", "/v1/batches/"+b.ID, nil, &now)
+		return err == nil && resp.StatusCode == http.StatusOK && now.State == "succeeded"
+	})
+	m.Close()
+	checkSQLiteIntegrity(t, filepath.Join(cfg.Data, "studio.db"))
+	out := logs.String()
+	if n := strings.Count(out, "database outage began"); n < 1 {
+		t.Fatalf("the outage was not logged:\n%s", out)
+	}
+	if began, ended := strings.Count(out, "database outage began"), strings.Count(out, "database outage ended"); began != ended {
+		t.Fatalf("%d outages began, %d ended:\n%s", began, ended, out)
+	}
+	t.Logf("the create answered %d %q after %s; the outage log:\n%s", p.Status, p.Detail, failedID, grepLines(out, "outage"))
+	if strings.Contains(out, "claim failed") || strings.Contains(out, "internal error") {
+		t.Fatalf("a fault was logged as an error:\n%s", out)
+	}
+}
