@@ -56,8 +56,8 @@ func (o *Outage) OK() {
 	if o.since.IsZero() {
 		return
 	}
-	o.log.Warn("database outage ended", "seen_by", o.what, "kind", string(o.kind),
-		"duration", o.now().Sub(o.since).Round(time.Millisecond).String(), "faults", o.faults)
+	o.log.Info("database outage ended", "seen_by", o.what, "kind", string(o.kind),
+		"duration", o.now().Sub(o.since), "faults", o.faults)
 	o.since, o.faults = time.Time{}, 0
 	o.going.Store(false)
 }

@@ -3,18 +3,25 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite" // the second connection that holds the write lock
+
+	"studio/store/postgres/pgtest"
 )
 
 // The fault tests cause each fault of the database for real and check the
@@ -306,4 +313,248 @@ func TestFullVolumeIs507(t *testing.T) {
 	if strings.Contains(out, "claim failed") || strings.Contains(out, "internal error") {
 		t.Fatalf("a fault was logged as an error:\n%s", out)
 	}
+}
+
+// withAppName answers url with application_name set, so that the test can
+// find the backends of the process under test in pg_stat_activity (and
+// only those: other tests share the server).
+func withAppName(t *testing.T, raw, name string) string {
+	t.Helper()
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// TestPostgresTerminatedIs503: the connection serving a create is killed
+// with pg_terminate_backend while the create waits for a table lock (as
+// an administrator or a failover would kill it). The create answers 503
+// "The database is unreachable." with Retry-After and says its outcome is
+// unknown; the retry with the same id makes exactly one batch, whole.
+func TestPostgresTerminatedIs503(t *testing.T) {
+	t.Parallel()
+	url, schema := pgtest.Schema(t)
+	app := "studio-fault-" + schema
+	cfg := testConfig(t)
+	cfg.Database = withAppName(t, url, app)
+	m, _ := startMain(t, cfg)
+	c := newClient(t, m.Addr(), readToken(t, cfg.Data))
+	ctx := context.Background()
+
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `LOCK TABLE intents IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		resp *http.Response
+		err  error
+		p    faultProblem
+	}
+	done := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.resp, a.err = c.do(ctx, "POST", "/v1/generations", generation("terminated-1", "f01", "f02"), &a.p)
+		done <- a
+	}()
+	probe, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close(ctx)
+	var pid int
+	waitFor(t, time.Minute, "the create to wait for the table lock", func() bool {
+		err := probe.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock' LIMIT 1`, app).Scan(&pid)
+		return err == nil
+	})
+	var killed bool
+	if err := probe.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed); err != nil || !killed {
+		t.Fatalf("pg_terminate_backend: %v %v", killed, err)
+	}
+	a := <-done
+	expectFault(t, a.resp, a.err, a.p, http.StatusServiceUnavailable, "5", "The database is unreachable.")
+	if !strings.HasSuffix(a.p.Detail, "The outcome is unknown: retry with the same request id.") {
+		t.Fatalf("a create cut off mid-statement does not say its outcome is unknown: %q", a.p.Detail)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var b batchAnswer
+	resp, err := c.do(ctx, "POST", "/v1/generations", generation("terminated-1", "f01", "f02"), &b)
+	if err != nil || (resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK) {
+		t.Fatalf("retry: %v %v", resp, err)
+	}
+	if n := batchesWithRequestID(t, c, "terminated-1"); n != 1 {
+		t.Fatalf("%d batches after the retry, want 1", n)
+	}
+	checkTaskCount(t, c, b)
+}
+
+// checkTaskCount checks that the batch has all of its tasks: the tree
+// committed whole.
+func checkTaskCount(t *testing.T, c *client, b batchAnswer) {
+	t.Helper()
+	var tasks struct {
+		Items []struct {
+			ID string `json:"id"`
+		} `json:"items"`
+	}
+	resp, err := c.do(context.Background(), "GET", "/v1/batches/"+b.ID+"/tasks?limit=500", nil, &tasks)
+	if err != nil || resp.StatusCode != http.StatusOK || len(tasks.Items) != b.TaskCount || b.TaskCount == 0 {
+		t.Fatalf("tasks of %s: %d of %d (%v %v)", b.ID, len(tasks.Items), b.TaskCount, resp, err)
+	}
+}
+
+// tcpProxy forwards connections to a server and can stop (its port then
+// refuses connections, as a server that is down does) and start again on
+// the same address.
+type tcpProxy struct {
+	t      *testing.T
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  []net.Conn
+}
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	p := &tcpProxy{t: t, target: target}
+	p.start("127.0.0.1:0")
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *tcpProxy) start(addr string) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.ln, p.addr = ln, ln.Addr().String()
+	p.mu.Unlock()
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", p.target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, in, out)
+			p.mu.Unlock()
+			go func() { io.Copy(out, in); out.Close() }()
+			go func() { io.Copy(in, out); in.Close() }()
+		}
+	}()
+}
+
+// stop closes the listener and every connection through it.
+func (p *tcpProxy) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// TestPostgresRefusedIs503: the database server goes away (its port
+// refuses connections). Creates and /readyz answer 503 "The database is
+// unreachable." with Retry-After; each runner (workers, publisher) logs
+// the outage once when it begins and once when it ends; once the server
+// is back the retry with the same id makes exactly one batch, and its
+// tasks run without a failed attempt.
+func TestPostgresRefusedIs503(t *testing.T) {
+	t.Parallel()
+	url, _ := pgtest.Schema(t)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newTCPProxy(t, u.Host)
+	u.Host = proxy.addr
+	cfg := testConfig(t)
+	cfg.Database = u.String()
+	cfg.Workers = 1
+	logs := &syncBuffer{}
+	m := NewMain(cfg, modeServe, io.Discard, logs)
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	c := newClient(t, m.Addr(), readToken(t, cfg.Data))
+	ctx := context.Background()
+
+	proxy.stop()
+	var p faultProblem
+	resp, err := c.do(ctx, "POST", "/v1/generations", generation("refused-1", "f01", "f02"), &p)
+	expectFault(t, resp, err, p, http.StatusServiceUnavailable, "5", "The database is unreachable.")
+	p = faultProblem{}
+	resp, err = c.do(ctx, "GET", "/readyz", nil, &p)
+	expectFault(t, resp, err, p, http.StatusServiceUnavailable, "5", "The database is unreachable.")
+	waitFor(t, time.Minute, "the workers to see the outage", func() bool {
+		return strings.Count(logs.String(), "database outage began") >= 2 // the API's and the workers'
+	})
+
+	proxy.start(proxy.addr)
+	var b batchAnswer
+	resp, err = c.do(ctx, "POST", "/v1/generations", generation("refused-1", "f01", "f02"), &b)
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("retry once the server is back: %v %v", resp, err)
+	}
+	if n := batchesWithRequestID(t, c, "refused-1"); n != 1 {
+		t.Fatalf("%d batches after the retry, want 1", n)
+	}
+	checkTaskCount(t, c, b)
+	waitFor(t, time.Minute, "the batch to succeed", func() bool {
+		var now batchAnswer
+		resp, err := c.do(ctx, "GET", "/v1/batches/"+b.ID, nil, &now)
+		return err == nil && resp.StatusCode == http.StatusOK && now.State == "succeeded"
+	})
+	waitFor(t, time.Minute, "every outage to end", func() bool {
+		out := logs.String()
+		return strings.Count(out, "database outage began") == strings.Count(out, "database outage ended")
+	})
+	out := logs.String()
+	began := map[string]int{}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "database outage began") {
+			var e struct {
+				SeenBy string `json:"seen_by"`
+			}
+			if err := json.Unmarshal([]byte(l), &e); err != nil {
+				t.Fatal(err)
+			}
+			began[e.SeenBy]++
+		}
+	}
+	for who, n := range began {
+		if n != 1 {
+			t.Fatalf("%s logged %d outages for one:\n%s", who, n, grepLines(out, "outage"))
+		}
+	}
+	if strings.Contains(out, "claim failed") || strings.Contains(out, "internal error") || strings.Contains(out, `"level":"ERROR"`) {
+		t.Fatalf("a fault was logged as an error:\n%s", out)
+	}
+	t.Logf("outage log:\n%s", grepLines(out, "outage"))
 }
