@@ -109,9 +109,6 @@ func FaultOf(err error) *Fault {
 	return nil
 }
 
-// IsFault says whether err is a dependency fault (FaultOf answers one).
-func IsFault(err error) bool { return FaultOf(err) != nil }
-
 // waitKey is the context key of WithWait.
 type waitKey struct{}
 

@@ -76,6 +76,3 @@ func (o *Outage) ReadOK() {
 		o.OK()
 	}
 }
-
-// Going says whether an outage is going on.
-func (o *Outage) Going() bool { return o.going.Load() }

@@ -12,6 +12,7 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +22,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite" // the second connection that holds the write lock
 
+	"studio/metrics"
+	"studio/store"
 	"studio/store/postgres/pgtest"
 )
 
@@ -557,4 +560,16 @@ func TestPostgresRefusedIs503(t *testing.T) {
 		t.Fatalf("a fault was logged as an error:\n%s", out)
 	}
 	t.Logf("outage log:\n%s", grepLines(out, "outage"))
+}
+
+// TestFaultKindsAreMetricLabels: the metric's kind labels are the store's
+// fault kinds, every one of them.
+func TestFaultKindsAreMetricLabels(t *testing.T) {
+	var kinds []string
+	for _, k := range store.FaultKinds {
+		kinds = append(kinds, string(k))
+	}
+	if !slices.Equal(kinds, metrics.FaultKinds) {
+		t.Fatalf("store kinds %v, metric labels %v", kinds, metrics.FaultKinds)
+	}
 }
