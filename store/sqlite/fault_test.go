@@ -116,10 +116,10 @@ func TestWaitBound(t *testing.T) {
 		t.Fatalf("commit past its own deadline: %v; want the deadline, no fault", err)
 	}
 	release()
-	if _, created, err := s.CreateIntent(bounded, in("second")); err != nil || !created {
+	if _, created, err := s.CreateIntent(ctx, in("second")); err != nil || !created {
 		t.Fatalf("commit once the lock is free: %v %v", created, err)
 	}
-	if _, err := s.CancelBatch(bounded, "alice", b.ResourceID); err != nil {
+	if _, err := s.CancelBatch(ctx, "alice", b.ResourceID); err != nil {
 		t.Fatalf("cancel once the lock is free: %v", err)
 	}
 }
