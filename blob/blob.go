@@ -66,6 +66,9 @@ type SweepResult struct {
 	Kept int
 	// Leftovers counts removed temporary files of interrupted writes.
 	Leftovers int
+	// Purged counts bytes deleted for good by a store that keeps what a
+	// sweep removes for one more age first (s3blob's trash).
+	Purged int
 }
 
 // Errors, matched with errors.Is.
