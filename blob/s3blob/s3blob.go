@@ -409,8 +409,10 @@ func (s *Store) sweepLive(ctx context.Context, p blob.SweepParams, sha string, l
 		return false, fault("copy to trash", key, err)
 	}
 	// The trash copy is safe for an age from start; the delete must land
-	// well within it (see the package comment), or not at all.
-	budget := p.OlderThan / 4
+	// well within it (see the package comment), or not at all: within a
+	// quarter of the age (10 s at least, for sweeps of tiny ages that
+	// promise nothing to racing Puts anyway).
+	budget := max(p.OlderThan/4, 10*time.Second)
 	if s.now().Sub(start) > budget {
 		return false, nil
 	}
