@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -36,6 +37,9 @@ type caller struct {
 	keyEnv  string
 	key     string // the secret: only ever written into a request header
 	opts    Options
+	// genCall is the call that makes an image (counted in the context's
+	// Calls): "generate" or "submit".
+	genCall string
 }
 
 func newCaller(o Options, s Spec, defaultTimeout time.Duration) (*caller, error) {
@@ -93,6 +97,9 @@ func (c *caller) do(ctx context.Context, call string, req *http.Request, auth bo
 	start := time.Now()
 	resp, body, err := c.send(req)
 	d := time.Since(start)
+	if call == c.genCall && (resp != nil || !refused(err)) {
+		countCall(ctx)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			// Our caller gave up (lease lost, batch canceled, stopping):
@@ -115,6 +122,17 @@ func (c *caller) do(ctx context.Context, call string, req *http.Request, auth bo
 	pe := c.statusError(call, resp, body, readMsg)
 	c.opts.observe(c.gen, call, pe.Class, d)
 	return nil, nil, pe
+}
+
+// refused reports whether a request failed before it was sent: the
+// connection was refused or its address not found.
+func refused(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns)
 }
 
 // send does the round trip and reads the body (within the timeout).

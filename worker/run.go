@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -38,6 +39,39 @@ type taskRun struct {
 	// unrecorded is the step reached but not recorded yet (task goroutine
 	// only).
 	unrecorded *store.StepSave
+	// calls counts this try's paid generation calls; savedCalls is how
+	// many of them a step record carried to the task already.
+	calls      generator.Calls
+	callsMu    sync.Mutex
+	savedCalls int
+	// step and ref are where the task is (recorded or not).
+	step, ref string
+	// stored: this try stored the image (the call was not thrown away).
+	stored bool
+}
+
+// takeCalls answers the calls not yet carried by a step record, and
+// counts them as carried.
+func (tr *taskRun) takeCalls() int {
+	tr.callsMu.Lock()
+	defer tr.callsMu.Unlock()
+	n := tr.calls.N() - tr.savedCalls
+	tr.savedCalls += n
+	return n
+}
+
+// unsavedCalls answers the calls no step record carried yet.
+func (tr *taskRun) unsavedCalls() int {
+	tr.callsMu.Lock()
+	defer tr.callsMu.Unlock()
+	return tr.calls.N() - tr.savedCalls
+}
+
+// giveBack returns calls a failed step record did not carry.
+func (tr *taskRun) giveBack(n int) {
+	tr.callsMu.Lock()
+	defer tr.callsMu.Unlock()
+	tr.savedCalls -= n
 }
 
 // Claim leases up to limit tasks, and reads each batch's spec once.

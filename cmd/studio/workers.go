@@ -18,7 +18,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	if cfg.Workers == 0 {
 		return nil
 	}
-	reg, err := m.generators(d)
+	reg, gm, err := m.generators(d)
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
 	}
@@ -36,7 +36,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	if len(limits) > 0 {
 		limiter = worker.Semaphores(d.locks, limits)
 	}
-	p, err := worker.New(worker.Config{
+	wcfg := worker.Config{
 		Store:       m.store,
 		Generators:  reg,
 		Blobs:       m.blobs,
@@ -49,7 +49,11 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 		Limiter:     limiter,
 		Logger:      m.Logger.With("component", "worker"),
 		Observe:     d.wrap.attempts(),
-	})
+	}
+	if gm != nil {
+		wcfg.Spend = gm
+	}
+	p, err := worker.New(wcfg)
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
 	}

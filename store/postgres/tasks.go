@@ -486,8 +486,10 @@ const notCanceling = `NOT (SELECT b.cancel_requested FROM batches b WHERE b.id =
 
 // SaveStep records one step, fenced; it says whether the lease was live.
 func (t *taskTx) SaveStep(ctx context.Context, st store.StepSave) (bool, error) {
-	tag, err := t.tx.Exec(ctx, `UPDATE tasks SET step = $3, provider_ref = $4, updated_at = $5
-		WHERE `+liveLease+` AND `+notCanceling, st.TaskID, st.Fence, st.Step, st.ProviderRef, t.wall)
+	tag, err := t.tx.Exec(ctx, `UPDATE tasks SET step = $3, provider_ref = $4, updated_at = $5,
+		generation_calls = generation_calls + $6, history = history || $7
+		WHERE `+liveLease+` AND `+notCanceling, st.TaskID, st.Fence, st.Step, st.ProviderRef, t.wall,
+		st.Calls, store.HistoryLine(st.Note))
 	if err != nil {
 		return false, fmt.Errorf("save step of task %s: %w", st.TaskID, err)
 	}

@@ -81,7 +81,8 @@ const (
 		RETURNING (SELECT cancel_requested FROM batches WHERE batches.id = tasks.batch_id)`
 	cancelLiveSQL = `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?,
 		change_seq = ` + nextChangeSQL + ` WHERE ` + liveLease + ` AND NOT ` + notCanceling + ` RETURNING batch_id`
-	saveStepSQL = `UPDATE tasks SET step = ?, provider_ref = ?, updated_at = ?
+	saveStepSQL = `UPDATE tasks SET step = ?, provider_ref = ?, updated_at = ?,
+		generation_calls = generation_calls + ?, history = history || ?
 		WHERE ` + liveLease + ` AND ` + notCanceling
 	// The task first: its asset is the one already stored for it, if any,
 	// else the new one, inserted only once the fenced update matched.
@@ -495,7 +496,8 @@ func (t *taskTx) CancelIfRequested(ctx context.Context, l store.Lease) error {
 
 // SaveStep records one step, fenced; it says whether the lease was live.
 func (t *taskTx) SaveStep(ctx context.Context, st store.StepSave) (bool, error) {
-	res, err := t.stmt(ctx, saveStepSQL).ExecContext(ctx, st.Step, st.ProviderRef, t.wall, st.TaskID, st.Fence, t.now)
+	res, err := t.stmt(ctx, saveStepSQL).ExecContext(ctx, st.Step, st.ProviderRef, t.wall,
+		st.Calls, store.HistoryLine(st.Note), st.TaskID, st.Fence, t.now)
 	if err != nil {
 		return false, fmt.Errorf("save step of task %s: %w", st.TaskID, err)
 	}

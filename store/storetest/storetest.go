@@ -54,6 +54,7 @@ func Run(t *testing.T, h Harness) {
 		{"BackoffRespected", testBackoff},
 		{"MaxAttemptsKeepsTheError", testMaxAttempts},
 		{"ReleaseKeepsTheStep", testRelease},
+		{"GenerationCallsAndHistory", testGenerationCalls},
 		{"CountsConsistentUnderChurn", testCountsUnderChurn},
 		{"UploadKeyReplayAndConflict", testUploadKeyReplayAndConflict},
 		{"UploadWithoutKey", testUploadWithoutKey},
