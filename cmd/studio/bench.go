@@ -17,7 +17,7 @@ import (
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := DefaultConfig()
 	cfg.Data = ""
-	fs, applyEnv := newFlagSet("bench", &cfg, stderr, "data", "database", "sqlite-synchronous")
+	fs, applyEnv := newFlagSet(cmdBench, &cfg, stderr)
 	var (
 		ops     = fs.String("ops", "", "comma-separated operations (or prefixes: commit, lock_hold, drain...); empty = all")
 		asJSON  = fs.Bool("json", false, "print one JSON line per operation instead of the table")

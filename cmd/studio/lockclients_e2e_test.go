@@ -70,9 +70,9 @@ func clientDir(t *testing.T, name string) string {
 }
 
 // requiredTools are the programs STUDIO_TEST_LOCK_CLIENTS=1 (CI sets it)
-// requires: the lock clients' own runtimes, on every CI machine. Bun is
-// not among them.
-var requiredTools = map[string]bool{"python3": true, "node": true}
+// requires: the lock clients' own runtimes, on every CI machine (.ci/run
+// installs Bun from npm when it is missing).
+var requiredTools = map[string]bool{"python3": true, "node": true, "bun": true}
 
 // toolPath returns the path of a program, or "" when it is missing; a
 // missing required one fails the test when STUDIO_TEST_LOCK_CLIENTS=1.
@@ -89,7 +89,7 @@ func toolPath(t *testing.T, name string) string {
 }
 
 // needTool returns the path of a program, or skips the test naming it
-// (fails instead, for python3 and node, under STUDIO_TEST_LOCK_CLIENTS=1).
+// (fails instead, for the required ones, under STUDIO_TEST_LOCK_CLIENTS=1).
 func needTool(t *testing.T, name string) string {
 	t.Helper()
 	p := toolPath(t, name)
