@@ -153,6 +153,10 @@ type ClaimParams struct {
 	// MaxAttempts fails, instead of claiming, an expired task that has used
 	// this many attempts (graceful releases not counted); 0 means no limit.
 	MaxAttempts int
+	// SkipGenerators names generators whose queued tasks are not claimed
+	// (their circuit breaker is open): they stay queued, and other
+	// generators' tasks are claimed as if they were not there.
+	SkipGenerators []string
 }
 
 // ClaimedTask is a task under a fresh lease, with what its generator needs.

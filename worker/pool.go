@@ -116,6 +116,11 @@ type Config struct {
 	// Spend, when set, hears of images stored and paid results thrown
 	// away, per generator.
 	Spend Spend
+	// Breakers, when set, hold the tasks of a generator that is down: a
+	// task that fails with an outage error is handed back (queued again,
+	// no attempt spent) instead of failed, and while the generator's
+	// breaker is open claims skip its tasks.
+	Breakers *Breakers
 	// Logger gets what the pool does; nil discards.
 	Logger *slog.Logger
 	// Owner names this pool's leases; random by default.

@@ -18,6 +18,11 @@ import (
 // still waiting for its turn): its lease is handed back.
 var errHandBack = errors.New("worker: handing the lease back")
 
+// errGeneratorDown: the task's generator is down (its breaker open, or
+// this try failed with an outage error): the lease is handed back and the
+// task waits, queued, without spending an attempt.
+var errGeneratorDown = errors.New("generator down")
+
 // storeTimeout bounds the writes that end a task (failure, release) made
 // after its own context ended.
 const storeTimeout = 30 * time.Second
@@ -78,6 +83,7 @@ func (tr *taskRun) giveBack(n int) {
 func (h *tasks) Claim(ctx context.Context, owner string, limit int, ttl time.Duration) ([]*taskRun, error) {
 	cs, err := h.cfg.Store.ClaimTasks(ctx, store.ClaimParams{
 		Owner: owner, Limit: limit, TTL: ttl, MaxAttempts: h.cfg.MaxAttempts,
+		SkipGenerators: h.cfg.Breakers.Skip(),
 	})
 	if err != nil {
 		return nil, err

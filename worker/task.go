@@ -31,6 +31,9 @@ func (r *run) execute(tr *taskRun) error {
 	if err != nil {
 		return err
 	}
+	if r.cfg.Breakers.Open(gen.ID()) {
+		return errGeneratorDown
+	}
 	// A task still waiting for its turn when the pool stops hands its
 	// lease back at once; one that started has its grace period.
 	wait, stopWaiting := context.WithCancelCause(tr.ctx)
@@ -63,6 +66,9 @@ func (r *run) execute(tr *taskRun) error {
 		mu.Unlock()
 		start := r.cfg.Now()
 		a, err := r.steps(ctx, tr, gen)
+		if ctx.Err() == nil && r.cfg.Breakers.Result(gen.ID(), err) {
+			err = fmt.Errorf("%w: %w", errGeneratorDown, err)
+		}
 		if err == nil && tr.unsavedCalls() > 0 {
 			// Calls no step recorded yet (a quick task): recorded with
 			// the step it reached, before the completion.
@@ -394,6 +400,9 @@ func (r *run) settle(tr *taskRun, err error) {
 		return
 	case tr.ctx.Err() != nil, errors.Is(err, errHandBack):
 		r.release(tr, log, "pool stopping", false)
+		return
+	case errors.Is(err, errGeneratorDown):
+		r.release(tr, log, err.Error(), false)
 		return
 	}
 	permanent := generator.IsPermanent(err)

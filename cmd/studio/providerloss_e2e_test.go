@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -159,5 +161,109 @@ func TestOpenAIGoneOrExpiredURLIsMadeAgain(t *testing.T) {
 	if scrape.Value("studio_generator_discarded_total", "generator", "gpt", "reason", "gone") != 1 ||
 		scrape.Value("studio_generator_discarded_total", "generator", "gpt", "reason", "expired") != 1 {
 		t.Error("the metrics do not count the gone and the expired URL")
+	}
+}
+
+// TestGeneratorDownWaits: ComfyUI does not answer when studio starts. The
+// start-up probe logs one line for it, /readyz answers "degraded" and the
+// catalog shows it down; its tasks stay queued (no attempt failed) while
+// the OpenAI tasks of the same batch run. When it answers again, the
+// breaker's half-open probe closes it and its tasks run, each submitted
+// once. Then it goes down in the middle of a batch: the tasks that meet
+// the outage are handed back, the breaker opens after three, and the
+// batch succeeds once it is back, with --max-attempts 2 that five fast
+// failures would have exhausted.
+func TestGeneratorDownWaits(t *testing.T) {
+	oa := providertest.NewOpenAI(fakeKey)
+	defer oa.Server.Close()
+	comfy := providertest.NewComfyUI()
+	defer comfy.Server.Close()
+	comfy.SetDown(true)
+	t.Setenv(fakeKeyEnv, fakeKey)
+	f := newFarm(t, "--catalog", remoteCatalog(t, oa, comfy), "--workers", "4", "--retry-base", "10ms", "--max-attempts", "2")
+	pollFor(t, 30*time.Second, "the start-up probe's line", func() bool {
+		return strings.Contains(f.api.logs.String(), "generator does not answer at start")
+	})
+	if logs := f.api.logs.String(); strings.Count(logs, "does not answer at start") != 1 || !strings.Contains(logs, `"generator":"comfy"`) {
+		t.Fatalf("want one start-up line, for comfy:\n%s", logs)
+	}
+	var ready struct {
+		Status     string `json:"status"`
+		Generators []struct{ ID, State string }
+	}
+	getJSON(t, "http://"+f.api.Addr+"/readyz", "", &ready)
+	if ready.Status != "degraded" || len(ready.Generators) != 2 || ready.Generators[0].ID != "comfy" || ready.Generators[0].State != "down" || ready.Generators[1].State != "up" {
+		t.Fatalf("readyz %+v", ready)
+	}
+	var cat struct {
+		Generators []struct{ ID, Kind, Health string }
+	}
+	getJSON(t, "http://"+f.api.Addr+"/v1/catalog", f.c.token, &cat)
+	if len(cat.Generators) != 2 || cat.Generators[1].ID != "comfy" || cat.Generators[1].Health != "down" || cat.Generators[0].Health != "up" {
+		t.Fatalf("catalog %+v", cat)
+	}
+
+	body := oneGenerator("down-at-start", "auto", 2)
+	delete(body, "providers")
+	b := f.generate(f.c, body)
+	pollFor(t, 60*time.Second, "the OpenAI tasks to succeed", func() bool { return f.batch(f.c, b.ID).Counts.Succeeded == 2 })
+	for _, tk := range f.tasks(f.c, b.ID) {
+		if tk.Generator == "comfy" && (tk.State != intent.StateQueued || tk.Attempts != 0) {
+			t.Fatalf("a comfy task ran while comfy was down: %+v", tk)
+		}
+	}
+	comfy.SetDown(false)
+	tasks := f.succeeded(b.ID)
+	subs := comfy.Submissions()
+	for _, tk := range tasks {
+		if tk.Generator == "comfy" && (subs[tk.ID] != 1 || tk.GenerationCalls != 1) {
+			t.Fatalf("comfy task %s: %d submissions, %d calls", tk.ID, subs[tk.ID], tk.GenerationCalls)
+		}
+	}
+	if !strings.Contains(f.api.logs.String(), "generator answers again") {
+		t.Fatal("no line says comfy answers again")
+	}
+
+	// Down in the middle of a batch: held by the fake, the prompts are
+	// submitted; then the server stops answering.
+	comfy.Hold()
+	b = f.generate(f.c, oneGenerator("down-mid-batch", "comfy", 4))
+	pollFor(t, 60*time.Second, "every prompt to reach the fake", func() bool { return len(comfy.Running()) == 4 })
+	comfy.SetDown(true)
+	pollFor(t, 60*time.Second, "the breaker to open", func() bool {
+		return strings.Count(f.api.logs.String(), "fails with outage errors") == 1
+	})
+	if bb := f.batch(f.c, b.ID); bb.Counts.Failed != 0 {
+		t.Fatalf("tasks failed while comfy was down: %+v", bb.Counts)
+	}
+	comfy.SetDown(false)
+	comfy.Release()
+	tasks = f.succeeded(b.ID)
+	subs = comfy.Submissions()
+	for _, tk := range tasks {
+		if subs[tk.ID] != 1 || tk.GenerationCalls != 1 {
+			t.Fatalf("task %s: %d submissions, %d calls; want 1, 1", tk.ID, subs[tk.ID], tk.GenerationCalls)
+		}
+	}
+	t.Logf("calls per task through an outage mid-batch: 1; attempts %d", tasks[0].Attempts)
+}
+
+// getJSON reads a JSON answer (with a token when given).
+func getJSON(t *testing.T, url, token string, v any) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", url, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
 	}
 }

@@ -18,10 +18,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	if cfg.Workers == 0 {
 		return nil
 	}
-	reg, gm, err := m.generators(d)
-	if err != nil {
-		return fmt.Errorf("start workers: %w", err)
-	}
+	reg, gm := d.gens, d.genMetrics
 	infos, err := d.catalog.Generators(ctx)
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
@@ -53,6 +50,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	if gm != nil {
 		wcfg.Spend = gm
 	}
+	wcfg.Breakers = d.breakers
 	p, err := worker.New(wcfg)
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)

@@ -55,6 +55,7 @@ func Run(t *testing.T, h Harness) {
 		{"MaxAttemptsKeepsTheError", testMaxAttempts},
 		{"ReleaseKeepsTheStep", testRelease},
 		{"GenerationCallsAndHistory", testGenerationCalls},
+		{"ClaimSkipsGenerators", testSkipGenerators},
 		{"CountsConsistentUnderChurn", testCountsUnderChurn},
 		{"UploadKeyReplayAndConflict", testUploadKeyReplayAndConflict},
 		{"UploadWithoutKey", testUploadWithoutKey},

@@ -657,6 +657,35 @@ func testGenerationCalls(t *testing.T, h Harness) {
 	}
 }
 
+// testSkipGenerators: a claim that skips a generator leaves its queued
+// tasks queued and claims the others' (tasks alternate sketch, mosaic);
+// without the skip they are claimed.
+func testSkipGenerators(t *testing.T, h Harness) {
+	s := h.New(t)
+	in := Intent(t, "alice", "req", "fp", 6)
+	mustCreate(t, s, in)
+	cs, err := s.ClaimTasks(ctx(t), store.ClaimParams{Owner: "w1", Limit: 10, TTL: longTTL, SkipGenerators: []string{"mosaic"}})
+	if err != nil || len(cs) != 3 {
+		t.Fatalf("claim skipping mosaic: %d tasks, %v; want the 3 sketch tasks", len(cs), err)
+	}
+	for _, c := range cs {
+		if c.Generator != "sketch" {
+			t.Fatalf("claimed a %s task while skipping mosaic", c.Generator)
+		}
+	}
+	if b := checkCounts(t, s, "alice", in.Batch.ID); b.Counts.Queued != 3 || b.Counts.Running != 3 {
+		t.Fatalf("counts %+v", b.Counts)
+	}
+	cs, err = s.ClaimTasks(ctx(t), store.ClaimParams{Owner: "w1", Limit: 10, TTL: longTTL, SkipGenerators: []string{"mosaic", "other"}})
+	if err != nil || len(cs) != 0 {
+		t.Fatalf("second claim skipping mosaic: %d tasks, %v", len(cs), err)
+	}
+	cs, err = s.ClaimTasks(ctx(t), store.ClaimParams{Owner: "w1", Limit: 10, TTL: longTTL})
+	if err != nil || len(cs) != 3 || cs[0].Generator != "mosaic" {
+		t.Fatalf("claim without a skip: %d tasks, %v", len(cs), err)
+	}
+}
+
 // testCountsUnderChurn runs random task moves from several goroutines and
 // checks, after each move of a single-threaded phase and at the end of the
 // concurrent one, that the counts equal the tasks.
