@@ -127,6 +127,7 @@ func (r *run) steps(ctx context.Context, tr *taskRun, gen generator.Generator) (
 		case StepSubmitted:
 			what = "wait"
 			if p, ok := gen.(generator.Producer); ok {
+				what = "generate"
 				var a *intent.Asset
 				if a, err = r.produce(ctx, tr, p); err == nil && a != nil {
 					return *a, nil

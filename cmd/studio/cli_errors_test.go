@@ -18,7 +18,7 @@ func TestWaitPrintsEachErrorOnce(t *testing.T) {
 		{"t1", `attempt 2: submit: generator "comfy": prompt 01920000-0000-7000-8000-000000000001 failed: out of memory`},
 		{"t2", `attempt 1: submit: generator "comfy": prompt 01920000-0000-7000-8000-000000000002 failed: out of memory`},
 		{"t3", `attempt 1: submit: generator "comfy": prompt 01920000-0000-7000-8000-000000000003 failed: out of memory`},
-		{"t4", `attempt 1: fetch: generator "gpt": download: the image is not PNG, JPEG or WebP (12 bytes)`},
+		{"t4", `attempt 1: fetch: generator "gpt": image download: the image is not PNG, JPEG or WebP (12 bytes)`},
 	}
 	for _, terminal := range []bool{false, true} {
 		var out bytes.Buffer
@@ -35,7 +35,7 @@ func TestWaitPrintsEachErrorOnce(t *testing.T) {
 		}
 		for _, want := range []string{
 			`  3 x submit: generator "comfy": prompt <id> failed: out of memory`,
-			`  1 x fetch: generator "gpt": download: the image is not PNG, JPEG or WebP (12 bytes)`,
+			`  1 x fetch: generator "gpt": image download: the image is not PNG, JPEG or WebP (12 bytes)`,
 		} {
 			if !strings.Contains(got, want) {
 				t.Errorf("terminal %v: the summary lacks %q:\n%s", terminal, want, got)
