@@ -60,21 +60,21 @@ func (g *embedded) ID() string { return g.id }
 // job, hence the same reference).
 func (g *embedded) Submit(ctx context.Context, job Job) (string, error) {
 	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("submit: %w", err)
+		return "", err
 	}
 	if job.Attempt < 1 {
-		return "", Permanent(fmt.Errorf("submit %s: attempt %d is not 1-based", job.Key, job.Attempt))
+		return "", Permanent(fmt.Errorf("task %s: attempt %d is not 1-based", job.Key, job.Attempt))
 	}
 	p, err := ParseParams(job.Params)
 	if err != nil {
-		return "", Permanent(fmt.Errorf("submit %s: %w", job.Key, err))
+		return "", Permanent(fmt.Errorf("task %s: %w", job.Key, err))
 	}
 	if job.Attempt <= p.FailAttempts {
-		return "", fmt.Errorf("submit %s: %w (attempt %d of the first %d)", job.Key, ErrSimulated, job.Attempt, p.FailAttempts)
+		return "", fmt.Errorf("task %s: %w (attempt %d of the first %d)", job.Key, ErrSimulated, job.Attempt, p.FailAttempts)
 	}
 	d, err := jobDigest(g.id, job)
 	if err != nil {
-		return "", Permanent(fmt.Errorf("submit %s: %w", job.Key, err))
+		return "", Permanent(fmt.Errorf("task %s: %w", job.Key, err))
 	}
 	return ref{gen: g.id, digest: d, width: p.Width, height: p.Height, delayMS: p.DelayMS}.String(), nil
 }
@@ -94,7 +94,7 @@ func (g *embedded) Wait(ctx context.Context, s string) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("wait: %w", ctx.Err())
+		return ctx.Err()
 	}
 }
 
@@ -105,13 +105,13 @@ func (g *embedded) Fetch(ctx context.Context, s string) (Image, error) {
 		return Image{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Image{}, fmt.Errorf("fetch: %w", err)
+		return Image{}, err
 	}
 	img := image.NewRGBA(image.Rect(0, 0, r.width, r.height))
 	g.render(img, r.digest)
 	b, err := encodePNG(img)
 	if err != nil {
-		return Image{}, fmt.Errorf("fetch: %w", err)
+		return Image{}, fmt.Errorf("encode png: %w", err)
 	}
 	return Image{Bytes: b, ContentType: "image/png", Width: r.width, Height: r.height}, nil
 }

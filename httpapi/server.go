@@ -130,6 +130,9 @@ type Config struct {
 	Observe func(RequestRecord)
 	// Catalogs answers GET /v1/catalog; without it the route answers 503.
 	Catalogs Catalogs
+	// GeneratorHealth, when set, answers the remote generators' states for
+	// /readyz (status "degraded" while one is down).
+	GeneratorHealth func() []GeneratorStatus
 	// UI, when set, serves the web studio at / and /ui/ (no token: the
 	// page signs in from the browser; see package web).
 	UI http.Handler
@@ -170,6 +173,7 @@ type Server struct {
 	observe    func(RequestRecord)
 	cursors    cursorSigner
 	catalogs   Catalogs
+	health     func() []GeneratorStatus
 	ui         http.Handler
 	router     *chi.Mux
 	// bodies remembers what intent bodies already answered came to
@@ -231,6 +235,7 @@ func New(cfg Config) (*Server, error) {
 		metrics:    cfg.Metrics,
 		observe:    cfg.Observe,
 		catalogs:   cfg.Catalogs,
+		health:     cfg.GeneratorHealth,
 		ui:         cfg.UI,
 		bodies:     memo.New[bodyKey, seenBody](seenBodies),
 
@@ -368,10 +373,35 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, intent.Errorf(intent.EUnavailable, "The database is not ready."))
 		return
 	}
-	s.ok(w, r, http.StatusOK, status{Status: "ok"})
+	st := status{Status: "ok"}
+	if s.health != nil {
+		// A remote generator that is down degrades the service but does
+		// not make it unready: its tasks wait, the others run.
+		st.Generators = s.health()
+		for _, g := range st.Generators {
+			if g.State != "up" {
+				st.Status = "degraded"
+			}
+		}
+	}
+	s.ok(w, r, http.StatusOK, st)
 }
 
 // status is the body of /healthz and /readyz.
 type status struct {
+	// Status is "ok", or (readyz) "degraded" when a remote generator is
+	// down.
 	Status string `json:"status"`
+	// Generators are the remote generators' states (readyz).
+	Generators []GeneratorStatus `json:"generators,omitempty"`
+}
+
+// GeneratorStatus is how one remote generator stands: state "up", or
+// "down" while it does not answer (its circuit breaker is open and its
+// tasks wait, queued), since when, and the last error while down.
+type GeneratorStatus struct {
+	ID    string    `json:"id"`
+	State string    `json:"state"`
+	Since time.Time `json:"since"`
+	Error string    `json:"error,omitempty"`
 }

@@ -124,7 +124,7 @@ var flags = []flagDef{
 	{"database", "STUDIO_DATABASE_URL", everyCommand, func(c *Config) any { return &c.Database },
 		"database URL; empty = SQLite in --data; postgres://... selects PostgreSQL"},
 	{"lock-store", "STUDIO_LOCK_STORE", processes, func(c *Config) any { return &c.LockStore },
-		"memory or db; default memory on SQLite, db on PostgreSQL"},
+		"memory, db or a redis:// URL (locks shared through Redis); default memory on SQLite, db on PostgreSQL"},
 	{"log-level", "STUDIO_LOG_LEVEL", processes, func(c *Config) any { return &c.LogLevel },
 		"debug, info, warn or error"},
 	{"debug-addr", "STUDIO_DEBUG_ADDR", processes, func(c *Config) any { return &c.DebugAddr },
@@ -211,10 +211,10 @@ func (c *Config) validate() error {
 	if c.RetryBase <= 0 {
 		errs = append(errs, errors.New("--retry-base must be positive"))
 	}
-	switch c.LockStore {
-	case "", "memory", "db":
+	switch {
+	case c.LockStore == "", c.LockStore == "memory", c.LockStore == "db", isRedisURL(c.LockStore):
 	default:
-		errs = append(errs, fmt.Errorf("--lock-store must be memory or db, not %q", c.LockStore))
+		errs = append(errs, fmt.Errorf("--lock-store must be memory, db or a redis:// URL, not %q", c.LockStore))
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
@@ -227,6 +227,11 @@ func (c *Config) validate() error {
 	}
 	errs = append(errs, c.validateFlags()...)
 	return errors.Join(errs...)
+}
+
+// isRedisURL says whether a --lock-store names a Redis.
+func isRedisURL(s string) bool {
+	return strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://")
 }
 
 // isPostgres says whether the configured database is PostgreSQL.
