@@ -63,7 +63,6 @@ type Store struct {
 	bucket string
 	// prefix ends with "/" unless empty.
 	prefix string
-	url    string
 	now    func() time.Time
 	// hook, when set (tests), runs when a sweep has decided to move an
 	// object to trash ("decided") and when it has moved it ("moved").
@@ -155,7 +154,7 @@ func Open(rawURL string, opts Options) (*Store, error) {
 	if prefix != "" {
 		prefix += "/"
 	}
-	return &Store{c: c, bucket: u.Host, prefix: prefix, url: rawURL, now: time.Now}, nil
+	return &Store{c: c, bucket: u.Host, prefix: prefix, now: time.Now}, nil
 }
 
 func newTransport() *http.Transport {
@@ -165,9 +164,6 @@ func newTransport() *http.Transport {
 	t.MaxIdleConnsPerHost = 32
 	return t
 }
-
-// String is the store's URL.
-func (s *Store) String() string { return s.url }
 
 func (s *Store) live(sha string) string  { return s.prefix + "sha256/" + sha }
 func (s *Store) trash(sha string) string { return s.prefix + "trash/" + sha }

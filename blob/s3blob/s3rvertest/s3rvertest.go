@@ -68,9 +68,6 @@ func (s *Server) Env() []string {
 	return []string{"AWS_ACCESS_KEY_ID=" + AccessKey, "AWS_SECRET_ACCESS_KEY=" + SecretKey}
 }
 
-// Dir is the directory s3rver keeps its buckets in.
-func (s *Server) Dir() string { return s.dir }
-
 var (
 	installOnce sync.Once
 	installPath string
