@@ -243,9 +243,10 @@ func parseRef(s string) (ref, error) {
 // noop is the generator for benchmarks: no delay, next to no CPU. Its
 // image is a fixed 1x1 PNG, or, when the job's params ask for a width and
 // a height, a PNG of that size whose pixels (noise, stored uncompressed)
-// are made once per size: each job's image differs from every other only
-// by a text chunk that names the job, so it costs a copy, not a render. Real
-// sizes for the storage benchmarks, without measuring rendering.
+// are made once per size: images differ only by a text chunk holding the
+// digest of the job's inputs (the same inputs, the same bytes, as for every
+// embedded generator), so each costs a copy, not a render. Real sizes for
+// the storage benchmarks, without measuring rendering.
 type noop struct{}
 
 // noopPNG is a 1x1 opaque grey PNG.
@@ -280,7 +281,11 @@ func (noop) Submit(ctx context.Context, job Job) (string, error) {
 	if p.Width < MinSize || p.Width > MaxSize || p.Height < MinSize || p.Height > MaxSize {
 		return "", Permanent(fmt.Errorf("noop params: size %dx%d out of range", p.Width, p.Height))
 	}
-	return fmt.Sprintf("%s/%dx%d/%s", Noop, p.Width, p.Height, job.Key), ctx.Err()
+	d, err := jobDigest(Noop, job)
+	if err != nil {
+		return "", Permanent(err)
+	}
+	return fmt.Sprintf("%s/%dx%d/%s", Noop, p.Width, p.Height, hex.EncodeToString(d[:])), ctx.Err()
 }
 
 // Wait implements Generator.
@@ -292,7 +297,8 @@ func (noop) Wait(ctx context.Context, ref string) error { return ctx.Err() }
 var noopSized sync.Map // "WxH" -> []byte (IHDR..IEND, whole)
 
 // sizedNoop is a WxH PNG of noise, stored without compression, with a
-// tEXt chunk naming key: the same size costs one render per process.
+// tEXt chunk holding key (the job's digest): the same size costs one
+// render per process.
 func sizedNoop(w, h int, key string) ([]byte, error) {
 	size := fmt.Sprintf("%dx%d", w, h)
 	v, ok := noopSized.Load(size)

@@ -485,8 +485,8 @@ func TestConcurrentUse(t *testing.T) {
 // and decodable, a different one per job, at no render cost.
 func TestNoopSized(t *testing.T) {
 	t.Parallel()
-	_, a := render(t, Noop, Job{Key: "a", Attempt: 1, Params: []byte(`{"width":300,"height":200}`)})
-	_, b := render(t, Noop, Job{Key: "b", Attempt: 1, Params: []byte(`{"width":300,"height":200}`)})
+	_, a := render(t, Noop, Job{Key: "a", Frame: "f01", Attempt: 1, Params: []byte(`{"width":300,"height":200}`)})
+	_, b := render(t, Noop, Job{Key: "b", Frame: "f02", Attempt: 1, Params: []byte(`{"width":300,"height":200}`)})
 	for _, img := range []Image{a, b} {
 		cfg, err := png.DecodeConfig(bytes.NewReader(img.Bytes))
 		if err != nil || cfg.Width != 300 || cfg.Height != 200 || img.Width != 300 || img.Height != 200 {
@@ -500,7 +500,7 @@ func TestNoopSized(t *testing.T) {
 		}
 	}
 	if bytes.Equal(a.Bytes, b.Bytes) {
-		t.Fatal("two jobs made the same bytes")
+		t.Fatal("two frames made the same bytes")
 	}
 	g := NewNoop()
 	if _, err := g.Submit(context.Background(), Job{Key: "c", Params: []byte(`{"width":1,"height":200}`)}); !IsPermanent(err) {
