@@ -296,14 +296,15 @@ func (noop) Wait(ctx context.Context, ref string) error { return ctx.Err() }
 // place where each job's text chunk goes.
 var noopSized sync.Map // "WxH" -> []byte (IHDR..IEND, whole)
 
-// sizedNoop is a WxH PNG of noise, stored without compression, with a
-// tEXt chunk holding key (the job's digest): the same size costs one
-// render per process.
+// sizedNoop is a WxH grey PNG of noise (one byte a pixel: 256 KiB at
+// 512x512, the size of a real generated image), stored without
+// compression, with a tEXt chunk holding key (the job's digest): the same
+// size costs one render per process.
 func sizedNoop(w, h int, key string) ([]byte, error) {
 	size := fmt.Sprintf("%dx%d", w, h)
 	v, ok := noopSized.Load(size)
 	if !ok {
-		img := image.NewNRGBA(image.Rect(0, 0, w, h))
+		img := image.NewGray(image.Rect(0, 0, w, h))
 		r := rand.New(rand.NewPCG(uint64(w), uint64(h)))
 		for i := range img.Pix {
 			img.Pix[i] = byte(r.Uint32())
