@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -414,5 +415,54 @@ func TestObjectStoreDown(t *testing.T) {
 	}
 	if resp, _ := get(t, c, token, "/v1/assets/"+assetID+"/content"); resp.StatusCode != 200 {
 		t.Fatalf("content after the outage: %d", resp.StatusCode)
+	}
+}
+
+// `studio bench --ops assets_drain_1` runs worker processes on
+// PostgreSQL with the bytes in the object store and in the blobs table,
+// and reports both rates and the WAL each task wrote.
+func TestBenchAssetsDrain(t *testing.T) {
+	bk := newBucket(t)
+	url, _ := pgtest.Schema(t)
+	bin := studioBinary(t)
+	benchWorkerBinary = func() (string, error) { return bin, nil }
+	defer func() { benchWorkerBinary = os.Executable }()
+	for _, kv := range bk.srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	var stdout, stderr bytes.Buffer
+	args := []string{"bench", "--data", t.TempDir(), "--database", url, "--assets", bk.url(""), "--json", "--n", "1", "--tasks", "8", "--ops", "assets"}
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines:\n%s", len(lines), stdout.String())
+	}
+	for _, line := range lines {
+		var r struct {
+			Op        string   `json:"op"`
+			N         int      `json:"n"`
+			PerS      float64  `json:"per_s"`
+			FloorPerS *float64 `json:"floor_per_s"`
+			WAL       *float64 `json:"wal_bytes_per_task"`
+			FloorWAL  *float64 `json:"floor_wal_bytes_per_task"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.N != 8 || r.PerS <= 0 || r.FloorPerS == nil || *r.FloorPerS <= 0 || r.WAL == nil || r.FloorWAL == nil {
+			t.Fatalf("result %s", line)
+		}
+		// The blobs table writes each 256 KiB image to the WAL; the
+		// object store only its row.
+		if *r.FloorWAL < 256<<10 || *r.WAL >= *r.FloorWAL/10 {
+			t.Fatalf("%s: WAL per task %.0f with the object store, %.0f with the blobs table", r.Op, *r.WAL, *r.FloorWAL)
+		}
+	}
+	// 8 images per side and round in the bucket, none left in the table.
+	if n := len(bk.keys("sha256")); n != 16 {
+		t.Fatalf("bucket holds %d images, want 16", n)
 	}
 }
