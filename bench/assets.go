@@ -22,7 +22,7 @@ const assetsImage = 512
 // object store drains faster).
 func (b *bench) drainAssets(procs int) (*Result, error) {
 	if b.cfg.Workers == nil || b.cfg.WALPosition == nil || b.cfg.Assets == "" {
-		return nil, errors.New("needs PostgreSQL and an object store: studio bench --database postgres://... --assets s3://...")
+		return nil, errors.New("needs PostgreSQL and an object store: studio bench --database postgres://HOST/DB --assets s3://BUCKET/PREFIX")
 	}
 	if err := b.cancelQueued(); err != nil {
 		return nil, err
