@@ -144,15 +144,15 @@ func TestSQLiteBusyIs503(t *testing.T) {
 	if n := batchesWithRequestID(t, c, "busy-1"); n != 1 {
 		t.Fatalf("%d batches after the retry, want 1", n)
 	}
-	metricsText := get(t, c, "/metrics")
+	metricsText := getText(t, c, "/metrics")
 	if !strings.Contains(metricsText, `studio_database_faults_total{kind="busy"} 1`) {
 		t.Fatalf("the busy fault is not counted:\n%s", grepLines(metricsText, "database_faults"))
 	}
 	checkSQLiteIntegrity(t, filepath.Join(cfg.Data, "studio.db"))
 }
 
-// get answers the body of a GET that must answer 200.
-func get(t *testing.T, c *client, path string) string {
+// getText answers the body of a GET that must answer 200.
+func getText(t *testing.T, c *client, path string) string {
 	t.Helper()
 	req, err := http.NewRequest("GET", c.base+path, nil)
 	if err != nil {
