@@ -103,7 +103,8 @@ func TestFlagTableParses(t *testing.T) {
 func TestCommandsTakeTheTablesFlags(t *testing.T) {
 	args := map[commands][]string{
 		cmdServe: {"serve"}, cmdWorker: {"worker"}, cmdMigrate: {"migrate"},
-		cmdToken: {"token", "create"}, cmdBench: {"bench"}, cmdPrune: {"prune"}, cmdVacuum: {"vacuum"},
+		cmdToken: {"token", "create"}, cmdBench: {"bench"}, cmdAssets: {"assets", "copy"},
+		cmdPrune: {"prune"}, cmdVacuum: {"vacuum"},
 	}
 	listed := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`)
 	for cmd, a := range args {

@@ -10,6 +10,7 @@
 //	studio prune --older-than 30d        delete ended batches older than that
 //	studio vacuum                        give SQLite's freed pages back to the filesystem
 //	studio bench                         measure this machine (see docs/bench.md)
+//	studio assets copy --to s3://...     copy the asset bytes to object storage
 //	studio submit FILE [--wait]          submit a generation request to a server (see docs/client.md)
 //	studio status|wait|cancel ID         read, follow or cancel a batch
 //	studio download ID DIR, studio ls    save a batch's images; list batches
@@ -39,6 +40,7 @@ Usage:
   studio prune --older-than 30d         delete ended batches older than that ([--dry-run]; serve --retain does it in the background)
   studio vacuum                         SQLite: give freed pages back to the filesystem (once, for a file made before)
   studio bench    [flags]               measure this machine: each operation beside its floor
+  studio assets copy --to s3://...      copy every asset's bytes to object storage (resumable, verified)
   studio help                           this text
 ` + clientUsage + `
 
@@ -75,6 +77,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runToken(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = runBench(ctx, args[1:], stdout, stderr)
+	case "assets":
+		err = runAssets(ctx, args[1:], stdout, stderr)
 	case "prune":
 		err = runPrune(ctx, args[1:], stdout, stderr)
 	case "vacuum":

@@ -13,12 +13,12 @@ import (
 // from it, in one IMMEDIATE transaction.
 func (s *Store) DeleteBatch(ctx context.Context, actor, id string) (store.Deleted, error) {
 	var d store.Deleted
-	err := inWriteTx(ctx, s.write, func(tx *writeTx) error {
+	err := s.write(ctx, func(tx *tx) error {
 		var requestID string
 		var open, publishing int64
 		if err := tx.queryRow(`SELECT request_id, queued + running,
 			(SELECT COUNT(*) FROM publications p WHERE p.batch_id = b.id AND p.queued + p.running > 0)
-			FROM batches b WHERE id = ? AND actor = ?`, []any{id, actor}, &requestID, &open, &publishing); err != nil {
+			FROM batches b WHERE id = ? AND actor = ?`, id, actor).Scan(&requestID, &open, &publishing); err != nil {
 			return interpret(err)
 		}
 		if open != 0 || publishing > 0 {
@@ -26,7 +26,7 @@ func (s *Store) DeleteBatch(ctx context.Context, actor, id string) (store.Delete
 		}
 		var n, bytes int64
 		if err := tx.queryRow(`SELECT COUNT(*), COALESCE(SUM(size), 0) FROM assets
-			WHERE task_id IN (SELECT id FROM tasks WHERE batch_id = ?)`, []any{id}, &n, &bytes); err != nil {
+			WHERE task_id IN (SELECT id FROM tasks WHERE batch_id = ?)`, id).Scan(&n, &bytes); err != nil {
 			return err
 		}
 		d = store.Deleted{Batches: 1, Assets: int(n), AssetBytes: bytes}
@@ -71,50 +71,45 @@ var deleteBatchSQL = []string{
 
 // EndedBatches lists prune candidates through batches_by_created.
 func (s *Store) EndedBatches(ctx context.Context, before time.Time, after string, limit int) ([]store.BatchRef, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT id, actor, created_at, task_count FROM batches
-		WHERE created_at < ?1 AND (created_at, id) > (?2, ?3) AND queued + running = 0 AND updated_at < ?1
-		AND NOT EXISTS (SELECT 1 FROM publications p WHERE p.batch_id = batches.id AND p.queued + p.running > 0)
-		ORDER BY created_at, id LIMIT ?4`, ms(before), afterCreated(ctx, s, after), after, limit)
+	var out []store.BatchRef
+	err := s.read(ctx, func(t *tx) error {
+		rows, err := t.query(`SELECT id, actor, created_at, task_count FROM batches
+			WHERE created_at < ?1 AND (created_at, id) > (COALESCE((SELECT created_at FROM batches WHERE id = ?2), -1), ?2)
+			AND queued + running = 0 AND updated_at < ?1
+			AND NOT EXISTS (SELECT 1 FROM publications p WHERE p.batch_id = batches.id AND p.queued + p.running > 0)
+			ORDER BY created_at, id LIMIT ?3`, ms(before), after, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r store.BatchRef
+			var created int64
+			if err := rows.Scan(&r.ID, &r.Actor, &created, &r.Tasks); err != nil {
+				return err
+			}
+			r.CreatedAt = fromMS(created)
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		return nil, fmt.Errorf("ended batches: %w", err)
 	}
-	defer rows.Close()
-	var out []store.BatchRef
-	for rows.Next() {
-		var r store.BatchRef
-		var created int64
-		if err := rows.Scan(&r.ID, &r.Actor, &created, &r.Tasks); err != nil {
-			return nil, fmt.Errorf("ended batches: %w", err)
-		}
-		r.CreatedAt = fromMS(created)
-		out = append(out, r)
-	}
-	return out, rows.Err()
-}
-
-// afterCreated is the creation time of the batch after, the cursor's
-// first half; -1 (before every batch) when after is empty or gone.
-func afterCreated(ctx context.Context, s *Store, after string) int64 {
-	if after == "" {
-		return -1
-	}
-	var at int64
-	if err := s.read.QueryRowContext(ctx, `SELECT created_at FROM batches WHERE id = ?`, after).Scan(&at); err != nil {
-		return -1
-	}
-	return at
+	return out, nil
 }
 
 // Usage sums what is kept: batches and tasks from the batch rows, assets
 // and their bytes from the asset rows.
 func (s *Store) Usage(ctx context.Context) (store.Usage, error) {
 	var u store.Usage
-	if err := s.read.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(task_count), 0) FROM batches`).
-		Scan(&u.Batches, &u.Tasks); err != nil {
-		return store.Usage{}, fmt.Errorf("usage: %w", err)
-	}
-	if err := s.read.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(size), 0) FROM assets`).
-		Scan(&u.Assets, &u.AssetBytes); err != nil {
+	err := s.read(ctx, func(t *tx) error {
+		if err := t.queryRow(`SELECT COUNT(*), COALESCE(SUM(task_count), 0) FROM batches`).Scan(&u.Batches, &u.Tasks); err != nil {
+			return err
+		}
+		return t.queryRow(`SELECT COUNT(*), COALESCE(SUM(size), 0) FROM assets`).Scan(&u.Assets, &u.AssetBytes)
+	})
+	if err != nil {
 		return store.Usage{}, fmt.Errorf("usage: %w", err)
 	}
 	return u, nil
@@ -123,7 +118,9 @@ func (s *Store) Usage(ctx context.Context) (store.Usage, error) {
 // CacheEpoch reads the number every invalidating write bumps.
 func (s *Store) CacheEpoch(ctx context.Context) (int64, error) {
 	var n int64
-	if err := readRow(pointRead(ctx), s.read, `SELECT epoch FROM cache_epoch WHERE id = 1`, nil, &n); err != nil {
+	if err := s.read(ctx, func(t *tx) error {
+		return t.queryRow(`SELECT epoch FROM cache_epoch WHERE id = 1`).Scan(&n)
+	}); err != nil {
 		return 0, fmt.Errorf("cache epoch: %w", err)
 	}
 	return n, nil
@@ -136,8 +133,11 @@ func (s *Store) IssueToken(ctx context.Context, t store.NewToken) (store.Token, 
 	if !t.ExpiresAt.IsZero() {
 		exp = ms(t.ExpiresAt)
 	}
-	if _, err := s.write.ExecContext(ctx, `INSERT INTO tokens (hash, actor, label, expires_at, created_at) VALUES (?, ?, ?, ?, ?)`,
-		t.Hash, t.Actor, t.Label, exp, ms(now)); err != nil {
+	if err := s.write(ctx, func(tx *tx) error {
+		_, err := tx.exec(`INSERT INTO tokens (hash, actor, label, expires_at, created_at) VALUES (?, ?, ?, ?, ?)`,
+			t.Hash, t.Actor, t.Label, exp, ms(now))
+		return err
+	}); err != nil {
 		return store.Token{}, fmt.Errorf("issue token: %w", interpret(err))
 	}
 	out := store.Token{ID: store.TokenID(t.Hash), Actor: t.Actor, Label: t.Label, CreatedAt: fromMS(ms(now))}
@@ -167,9 +167,11 @@ func (s *Store) ActorForToken(ctx context.Context, tokenHash string) (string, er
 func (s *Store) UseToken(ctx context.Context, tokenHash string) (store.Token, error) {
 	t := store.Token{ID: store.TokenID(tokenHash)}
 	var created, expires, revoked, used int64
-	if err := readRow(pointRead(ctx), s.read, `SELECT actor, label, created_at, COALESCE(expires_at, 0), COALESCE(revoked_at, 0),
-		COALESCE(last_used_at, 0) FROM tokens WHERE hash = ?`, []any{tokenHash},
-		&t.Actor, &t.Label, &created, &expires, &revoked, &used); err != nil {
+	if err := s.read(ctx, func(tx *tx) error {
+		return tx.queryRow(`SELECT actor, label, created_at, COALESCE(expires_at, 0), COALESCE(revoked_at, 0),
+			COALESCE(last_used_at, 0) FROM tokens WHERE hash = ?`, tokenHash).
+			Scan(&t.Actor, &t.Label, &created, &expires, &revoked, &used)
+	}); err != nil {
 		return store.Token{}, interpret(err)
 	}
 	t.CreatedAt = fromMS(created)
@@ -186,8 +188,10 @@ func (s *Store) UseToken(ctx context.Context, tokenHash string) (store.Token, er
 		return store.Token{}, &intent.Error{Code: intent.ENotFound, Message: "Not found."}
 	}
 	if hour := store.Hour(now); t.LastUsedAt.Before(hour) {
-		if _, err := s.write.ExecContext(ctx, `UPDATE tokens SET last_used_at = ?1 WHERE hash = ?2 AND COALESCE(last_used_at, 0) < ?1`,
-			ms(hour), tokenHash); err != nil {
+		if err := s.write(ctx, func(tx *tx) error {
+			_, err := tx.exec(`UPDATE tokens SET last_used_at = ?1 WHERE hash = ?2 AND COALESCE(last_used_at, 0) < ?1`, ms(hour), tokenHash)
+			return err
+		}); err != nil {
 			return store.Token{}, fmt.Errorf("record token use: %w", err)
 		}
 		t.LastUsedAt = hour
@@ -195,43 +199,47 @@ func (s *Store) UseToken(ctx context.Context, tokenHash string) (store.Token, er
 	return t, nil
 }
 
-const tokenColumns = `hash, actor, label, created_at, expires_at, revoked_at, last_used_at`
-
 // ListTokens lists tokens oldest first.
 func (s *Store) ListTokens(ctx context.Context, actor string) ([]store.Token, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT `+tokenColumns+` FROM tokens
-		WHERE ?1 = '' OR actor = ?1 ORDER BY created_at, hash`, actor)
+	var out []store.Token
+	err := s.read(ctx, func(t *tx) error {
+		rows, err := t.query(`SELECT `+tokenColumns+` FROM tokens WHERE ?1 = '' OR actor = ?1 ORDER BY created_at, hash`, actor)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			tok, err := scanToken(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, tok)
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
-	defer rows.Close()
-	var out []store.Token
-	for rows.Next() {
-		t, err := scanToken(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list tokens: %w", err)
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return out, nil
 }
+
+const tokenColumns = `hash, actor, label, created_at, COALESCE(expires_at, 0), COALESCE(revoked_at, 0), COALESCE(last_used_at, 0)`
 
 func scanToken(r scanner) (store.Token, error) {
 	var t store.Token
 	var hash string
-	var created int64
-	var exp, rev, used *int64
+	var created, exp, rev, used int64
 	if err := r.Scan(&hash, &t.Actor, &t.Label, &created, &exp, &rev, &used); err != nil {
 		return store.Token{}, err
 	}
 	t.ID = store.TokenID(hash)
 	t.CreatedAt = fromMS(created)
 	for _, f := range []struct {
-		v  *int64
+		v  int64
 		to *time.Time
 	}{{exp, &t.ExpiresAt}, {rev, &t.RevokedAt}, {used, &t.LastUsedAt}} {
-		if f.v != nil {
-			*f.to = fromMS(*f.v)
+		if f.v != 0 {
+			*f.to = fromMS(f.v)
 		}
 	}
 	return t, nil
@@ -244,24 +252,24 @@ func (s *Store) RevokeToken(ctx context.Context, id string) (store.Token, error)
 		return store.Token{}, err
 	}
 	lo, hi := store.TokenIDRange(id)
-	tx, err := s.write.BeginTx(ctx, nil)
+	var tok store.Token
+	err := s.write(ctx, func(t *tx) error {
+		if _, err := t.exec(`UPDATE tokens SET revoked_at = ? WHERE hash >= ? AND hash < ? AND revoked_at IS NULL`,
+			ms(s.now()), lo, hi); err != nil {
+			return err
+		}
+		if _, err := t.exec(`UPDATE cache_epoch SET epoch = epoch + 1 WHERE id = 1`); err != nil {
+			return err
+		}
+		var err error
+		tok, err = scanToken(t.queryRow(`SELECT `+tokenColumns+` FROM tokens WHERE hash >= ? AND hash < ?`, lo, hi))
+		return interpret(err)
+	})
 	if err != nil {
+		if intent.ErrorCode(err) != intent.EInternal {
+			return store.Token{}, err
+		}
 		return store.Token{}, fmt.Errorf("revoke token: %w", err)
 	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `UPDATE tokens SET revoked_at = ? WHERE hash >= ? AND hash < ? AND revoked_at IS NULL`,
-		ms(s.now()), lo, hi); err != nil {
-		return store.Token{}, fmt.Errorf("revoke token: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE cache_epoch SET epoch = epoch + 1 WHERE id = 1`); err != nil {
-		return store.Token{}, fmt.Errorf("revoke token: %w", err)
-	}
-	t, err := scanToken(tx.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE hash >= ? AND hash < ?`, lo, hi))
-	if err != nil {
-		return store.Token{}, interpret(err)
-	}
-	if err := tx.Commit(); err != nil {
-		return store.Token{}, fmt.Errorf("revoke token: %w", err)
-	}
-	return t, nil
+	return tok, nil
 }

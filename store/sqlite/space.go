@@ -10,6 +10,32 @@ import (
 // pages a deletion frees stay in the file, on its free list, until Reclaim
 // gives them back to the filesystem. A file made before that mode was set
 // keeps auto_vacuum=NONE until Vacuum rewrites it once (`studio vacuum`).
+//
+// These run PRAGMAs and VACUUM, which are no transactions (VACUUM cannot
+// run inside one), on the write pool's one connection through database/sql.
+
+// incrementalIfNew sets auto_vacuum=INCREMENTAL on a file that has no
+// table yet, where the VACUUM it needs rewrites one page. (Not in the DSN: a
+// pragma there runs at every connection's open, and on a file another
+// process is writing it would wait out busy_timeout, whatever the
+// caller's context.)
+func (s *Store) incrementalIfNew(ctx context.Context) error {
+	var tables int64
+	if err := s.writeDB.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_schema`).Scan(&tables); err != nil {
+		return fmt.Errorf("open sqlite: %w", err)
+	}
+	if tables > 0 {
+		return nil
+	}
+	// The file has a page already (journal_mode=WAL wrote its header):
+	// the mode takes with a VACUUM, of that one page.
+	for _, q := range []string{`PRAGMA auto_vacuum = INCREMENTAL`, `VACUUM`} {
+		if _, err := s.writeDB.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("open sqlite: auto_vacuum: %w", err)
+		}
+	}
+	return nil
+}
 
 // reclaimChunk is how many free pages one step of Reclaim gives back: 4 MiB
 // of 4 KiB pages, a few milliseconds of the write lock.
@@ -36,7 +62,7 @@ func (s *Store) Reclaim(ctx context.Context) (int64, error) {
 		if free == 0 {
 			return before, s.checkpoint(ctx)
 		}
-		if _, err := s.write.ExecContext(ctx, fmt.Sprintf(`PRAGMA incremental_vacuum(%d)`, reclaimChunk)); err != nil {
+		if _, err := s.writeDB.ExecContext(ctx, fmt.Sprintf(`PRAGMA incremental_vacuum(%d)`, reclaimChunk)); err != nil {
 			return 0, fmt.Errorf("reclaim: %w", err)
 		}
 		after, err := s.freeBytes(ctx)
@@ -52,7 +78,7 @@ func (s *Store) Reclaim(ctx context.Context) (int64, error) {
 // checkpoint copies the WAL into the file without waiting for readers
 // (PASSIVE): the file shrinks once the frames of a Reclaim are in it.
 func (s *Store) checkpoint(ctx context.Context) error {
-	if _, err := s.write.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`); err != nil {
+	if _, err := s.writeDB.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	return nil
@@ -61,7 +87,7 @@ func (s *Store) checkpoint(ctx context.Context) error {
 // freeBytes is the size of the file's free list.
 func (s *Store) freeBytes(ctx context.Context) (int64, error) {
 	var pages, size int64
-	if err := s.write.QueryRowContext(ctx, `SELECT freelist_count, page_size FROM pragma_freelist_count(), pragma_page_size()`).
+	if err := s.writeDB.QueryRowContext(ctx, `SELECT freelist_count, page_size FROM pragma_freelist_count(), pragma_page_size()`).
 		Scan(&pages, &size); err != nil {
 		return 0, fmt.Errorf("free pages: %w", err)
 	}
@@ -72,7 +98,7 @@ func (s *Store) freeBytes(ctx context.Context) (int64, error) {
 // incremental.
 func (s *Store) AutoVacuum(ctx context.Context) (string, error) {
 	var mode int64
-	if err := s.write.QueryRowContext(ctx, `PRAGMA auto_vacuum`).Scan(&mode); err != nil {
+	if err := s.writeDB.QueryRowContext(ctx, `PRAGMA auto_vacuum`).Scan(&mode); err != nil {
 		return "", fmt.Errorf("auto_vacuum: %w", err)
 	}
 	return [...]string{"none", "full", "incremental"}[mode%3], nil
@@ -86,7 +112,7 @@ func (s *Store) AutoVacuum(ctx context.Context) (string, error) {
 func (s *Store) Vacuum(ctx context.Context) (before, after int64, err error) {
 	size := func() (int64, error) {
 		var pages, pageSize int64
-		if err := s.write.QueryRowContext(ctx, `SELECT page_count, page_size FROM pragma_page_count(), pragma_page_size()`).
+		if err := s.writeDB.QueryRowContext(ctx, `SELECT page_count, page_size FROM pragma_page_count(), pragma_page_size()`).
 			Scan(&pages, &pageSize); err != nil {
 			return 0, fmt.Errorf("vacuum: %w", err)
 		}
@@ -95,10 +121,10 @@ func (s *Store) Vacuum(ctx context.Context) (before, after int64, err error) {
 	if before, err = size(); err != nil {
 		return 0, 0, err
 	}
-	if _, err := s.write.ExecContext(ctx, `PRAGMA auto_vacuum = INCREMENTAL`); err != nil {
+	if _, err := s.writeDB.ExecContext(ctx, `PRAGMA auto_vacuum = INCREMENTAL`); err != nil {
 		return 0, 0, fmt.Errorf("vacuum: %w", err)
 	}
-	if _, err := s.write.ExecContext(ctx, `VACUUM`); err != nil {
+	if _, err := s.writeDB.ExecContext(ctx, `VACUUM`); err != nil {
 		return 0, 0, fmt.Errorf("vacuum: %w", err)
 	}
 	if after, err = size(); err != nil {
