@@ -56,6 +56,9 @@ type Config struct {
 	LockStore func() (locks.Store, error)
 	// DBLockStore returns the engine's database lock store.
 	DBLockStore func() (locks.Store, error)
+	// RedisLockStore returns a lock store on Redis, for the *_redis
+	// operations (nil: they fail, saying so).
+	RedisLockStore func() (locks.Store, error)
 	// NewToken makes and stores a new API token for actor, as
 	// `studio token create` does, and returns it.
 	NewToken func(ctx context.Context, actor string) (string, error)
@@ -63,6 +66,18 @@ type Config struct {
 	// loopback with no workers, and returns its address (host:port) and a
 	// function that stops it.
 	Serve func(ctx context.Context) (addr string, stop func() error, err error)
+	// Workers starts n `studio worker` processes (4 tasks at once each) on
+	// the same database, their asset bytes in assets ("" = the engine's
+	// own store, an s3:// URL = that object store), and answers a function
+	// that stops them; nil makes the assets_drain operations fail, saying
+	// so.
+	Workers func(ctx context.Context, n int, assets string) (stop func() error, err error)
+	// Assets is the object store the assets_drain operations measure
+	// against the engine's own store ("" makes them fail, saying so).
+	Assets string
+	// WALPosition answers PostgreSQL's WAL position in bytes
+	// (pg_current_wal_lsn()); nil on SQLite.
+	WALPosition func(ctx context.Context) (int64, error)
 	// N is the samples of every operation; 0 = each operation's default.
 	N int
 	// Tasks is the tasks per drain run (6000 when 0).
@@ -92,14 +107,22 @@ var ops = []Op{
 		run: func(b *bench) (*Result, error) { return b.drain(1) }},
 	{Name: "drain_4", What: "tasks/s of 4 workers, noop generator, vs claim + complete alone batched the same way",
 		run: func(b *bench) (*Result, error) { return b.drain(4) }, Target: ">= 5500/s", goal: func(r *Result) bool { return r.PerS >= 5500 }},
+	{Name: "assets_drain_1", What: "tasks/s of 1 worker process, 512x512 images (256 KiB), PostgreSQL: assets in the object store (--assets) vs the blobs table; WAL bytes per task of each",
+		run: func(b *bench) (*Result, error) { return b.drainAssets(1) }, Target: ">= 1.5x, < 4 KB WAL/task", goal: assetsGoal, optIn: true},
+	{Name: "assets_drain_2", What: "the same with 2 worker processes",
+		run: func(b *bench) (*Result, error) { return b.drainAssets(2) }, Target: ">= 1.5x, < 4 KB WAL/task", goal: assetsGoal, optIn: true},
 	{Name: "lock_hold_memory", What: "uncontended Hold of a no-op, memory store, vs sync.Mutex Lock/Unlock",
 		run: func(b *bench) (*Result, error) { return b.lockHold("memory") }, Target: "< 1 µs", goal: func(r *Result) bool { return r.MedianUS < 1 }},
 	{Name: "lock_hold_db", What: "uncontended Hold of a no-op, database store, vs the store's acquire + release statements alone",
 		run: func(b *bench) (*Result, error) { return b.lockHold("db") }, Target: "<= 1.5x", goal: ratioAtMost(1.5)},
+	{Name: "lock_hold_redis", What: "uncontended Hold of a no-op, Redis store, vs the store's acquire + release scripts alone",
+		run: func(b *bench) (*Result, error) { return b.lockHold("redis") }, Target: "<= 1.5x", goal: ratioAtMost(1.5)},
 	{Name: "lock_handoff_memory", What: "release to next holder, 8 waiters, memory store",
 		run: func(b *bench) (*Result, error) { return b.lockHandoff("memory") }},
 	{Name: "lock_handoff_db", What: "release to next holder, 8 waiters, database store",
 		run: func(b *bench) (*Result, error) { return b.lockHandoff("db") }},
+	{Name: "lock_handoff_redis", What: "release to next holder, 8 waiters, Redis store",
+		run: func(b *bench) (*Result, error) { return b.lockHandoff("redis") }},
 }
 
 // Op is one operation of the bench.
@@ -113,6 +136,9 @@ type Op struct {
 	Target string
 	run    func(*bench) (*Result, error)
 	goal   func(*Result) bool // whether a result meets Target
+	// optIn operations run only when --ops names them: they need what a
+	// plain run does not have (PostgreSQL and an object store).
+	optIn bool
 }
 
 // Met says whether r meets the operation's target; false when it has none.
@@ -141,6 +167,16 @@ type Result struct {
 	FloorPerS *float64 `json:"floor_per_s,omitempty"`
 	// PlansPerRound is storm_64's count of plans per round (must be 1).
 	PlansPerRound *float64 `json:"plans_per_round,omitempty"`
+	// WALBytesPerTask and FloorWALBytesPerTask are the WAL each task
+	// wrote, with the operation's store and the floor's (assets_drain).
+	WALBytesPerTask      *float64 `json:"wal_bytes_per_task,omitempty"`
+	FloorWALBytesPerTask *float64 `json:"floor_wal_bytes_per_task,omitempty"`
+}
+
+// assetsGoal: the object store drains at least 1.5 times as fast as the
+// blobs table, writing under 4 KB of WAL per task.
+func assetsGoal(r *Result) bool {
+	return r.Ratio != nil && *r.Ratio <= 1/1.5 && r.WALBytesPerTask != nil && *r.WALBytesPerTask < 4000
 }
 
 // bench runs operations against one store.
@@ -205,10 +241,10 @@ func Run(ctx context.Context, cfg Config, selected []Op, each func(Op, *Result) 
 
 // Select picks operations by name or by prefix ("commit" is every
 // commit_N), in the documented order whatever the order asked; an empty
-// list is every operation.
+// list is every operation but the opt-in ones (assets_drain_N).
 func Select(list string) ([]Op, error) {
 	if strings.TrimSpace(list) == "" {
-		return Ops(), nil
+		return slices.DeleteFunc(Ops(), func(o Op) bool { return o.optIn }), nil
 	}
 	var out []Op
 	for _, tok := range strings.Split(list, ",") {
@@ -625,9 +661,9 @@ func concurrently(workers, total int, fn func() error) ([]time.Duration, time.Du
 	return slices.Concat(lats...), wall, errors.Join(errs...)
 }
 
-// lockHold: one uncontended Hold of a no-op on the memory or database
-// store, beside sync.Mutex (memory) or the store's own acquire and release
-// statements called without the engine (db).
+// lockHold: one uncontended Hold of a no-op on the memory, database or
+// Redis store, beside sync.Mutex (memory) or the store's own acquire and
+// release calls without the engine (db, redis).
 func (b *bench) lockHold(kind string) (*Result, error) {
 	noop := func(context.Context, *locks.Lease) error { return nil }
 	if kind == "memory" {
@@ -648,7 +684,7 @@ func (b *bench) lockHold(kind string) (*Result, error) {
 		}
 		return latencyResult(ops, floors), nil
 	}
-	ls, err := b.cfg.DBLockStore()
+	ls, err := b.sharedLockStore(kind)
 	if err != nil {
 		return nil, err
 	}
@@ -672,6 +708,18 @@ func (b *bench) lockHold(kind string) (*Result, error) {
 	return latencyResult(ops, floors), nil
 }
 
+// sharedLockStore is the lock store of kind "db" or "redis": one that
+// processes share.
+func (b *bench) sharedLockStore(kind string) (locks.Store, error) {
+	if kind == "redis" {
+		if b.cfg.RedisLockStore == nil {
+			return nil, errors.New("no Redis lock store configured")
+		}
+		return b.cfg.RedisLockStore()
+	}
+	return b.cfg.DBLockStore()
+}
+
 // lockHandoff: 9 goroutines take turns on one key (one holds, 8 wait);
 // each sample is the time from one holder's fn returning to the next
 // holder's fn starting, counted only when the key passed to another
@@ -679,9 +727,9 @@ func (b *bench) lockHold(kind string) (*Result, error) {
 func (b *bench) lockHandoff(kind string) (*Result, error) {
 	var ls locks.Store = locks.NewMemoryStore()
 	def := 5000
-	if kind == "db" {
+	if kind != "memory" {
 		var err error
-		if ls, err = b.cfg.DBLockStore(); err != nil {
+		if ls, err = b.sharedLockStore(kind); err != nil {
 			return nil, err
 		}
 		def = 1000

@@ -1,15 +1,25 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime/pprof"
+	"sync"
+	"syscall"
+	"time"
 
 	"studio/bench"
 	"studio/locks"
+	"studio/locks/redislock"
+	"studio/store/postgres"
 )
 
 // runBench is `studio bench`: flags to a bench.Config, the results to
@@ -25,6 +35,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		tasks   = fs.Int("tasks", 6000, "tasks per drain run")
 		listOps = fs.Bool("list", false, "list the operations and exit")
 		cpuProf = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof reads it)")
+		redis   = fs.String("redis", "", "Redis URL of lock_hold_redis and lock_handoff_redis; empty = --lock-store if it is one, else "+defaultBenchRedis)
 	)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: studio bench [flags]
@@ -78,7 +89,8 @@ run, alternating. Runs on a temporary data directory unless --data or
 		}
 		defer pprof.StopCPUProfile()
 	}
-	bc := benchConfig(cfg, e)
+	bc, closeStores := benchConfig(cfg, e, *redis)
+	defer closeStores()
 	bc.N, bc.Tasks, bc.Progress = *n, *tasks, stderr
 	var each func(bench.Op, *bench.Result) error
 	if *asJSON {
@@ -101,17 +113,54 @@ run, alternating. Runs on a temporary data directory unless --data or
 	return nil
 }
 
+// defaultBenchRedis is the Redis the bench's Redis lock operations use
+// when neither --redis nor --lock-store names one.
+const defaultBenchRedis = "redis://127.0.0.1:6379/0"
+
+// benchRedisPrefix keeps the bench's Redis keys apart from a studio's.
+const benchRedisPrefix = "studio:bench:locks:"
+
 // benchConfig wires the bench to the program: the store and its engine's
 // floors, the lock stores, tokens, and the whole program serving HTTP on
-// the same database.
-func benchConfig(cfg Config, e *engine) bench.Config {
+// the same database. redisURL is the Redis of the Redis lock operations
+// ("" for the default). The function it answers closes the lock stores
+// the run opened.
+func benchConfig(cfg Config, e *engine, redisURL string) (bench.Config, func()) {
+	if redisURL == "" {
+		redisURL = defaultBenchRedis
+		if isRedisURL(cfg.LockStore) {
+			redisURL = cfg.LockStore
+		}
+	}
+	var closers []func() error
+	opened := func(ls locks.Store, closeFn func() error, err error) (locks.Store, error) {
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, closeFn)
+		return ls, nil
+	}
+	closeAll := func() {
+		for _, c := range closers {
+			c()
+		}
+	}
 	return bench.Config{
 		Store:         e.store,
 		Floors:        e.floors,
 		Dir:           cfg.Data,
 		MaxBatchTasks: cfg.MaxBatchTasks,
-		LockStore:     func() (locks.Store, error) { return openLockStore(cfg.lockStore(), e) },
-		DBLockStore:   func() (locks.Store, error) { return openLockStore("db", e) },
+		LockStore:     func() (locks.Store, error) { return opened(openLockStore(cfg.lockStore(), e)) },
+		DBLockStore:   func() (locks.Store, error) { return opened(openLockStore("db", e)) },
+		RedisLockStore: func() (locks.Store, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			rs, err := redislock.Open(ctx, redisURL, redislock.WithPrefix(benchRedisPrefix))
+			if err != nil {
+				return nil, fmt.Errorf("the Redis lock operations need a Redis (--redis URL, or leave them out with --ops): %w", err)
+			}
+			return opened(rs, rs.Close, nil)
+		},
 		NewToken: func(ctx context.Context, actor string) (string, error) {
 			return createToken(ctx, e.store, actor)
 		},
@@ -127,5 +176,95 @@ func benchConfig(cfg Config, e *engine) bench.Config {
 			}
 			return m.Addr(), m.Close, nil
 		},
+		Assets: cfg.Assets,
+		Workers: func(ctx context.Context, n int, assets string) (func() error, error) {
+			return startBenchWorkers(ctx, cfg, n, assets)
+		},
+		WALPosition: func() func(context.Context) (int64, error) {
+			pg, ok := e.store.(*postgres.Store)
+			if !ok {
+				return nil
+			}
+			return func(ctx context.Context) (int64, error) {
+				var pos int64
+				if err := pg.Pool().QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0')::bigint`).Scan(&pos); err != nil {
+					return 0, fmt.Errorf("read the WAL position: %w", err)
+				}
+				return pos, nil
+			}
+		}(),
+	}, closeAll
+}
+
+// benchWorkerBinary is the studio binary the bench starts worker
+// processes from: this one (tests set the binary they built).
+var benchWorkerBinary = os.Executable
+
+// startBenchWorkers starts n `studio worker` processes on cfg's database,
+// 4 tasks at once each, with STUDIO_ASSETS=assets, and waits until each
+// has started its workers. The function it answers stops them (SIGTERM)
+// and waits for their exit.
+func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (func() error, error) {
+	bin, err := benchWorkerBinary()
+	if err != nil {
+		return nil, err
 	}
+	// The workers run the noop generator, which the embedded catalog
+	// leaves out.
+	catalog := filepath.Join(cfg.Data, "bench-catalog.json")
+	if err := os.WriteFile(catalog, []byte(`{"generators":[{"id":"noop","kind":"embedded"}],"routes":{"auto":["noop"]}}`), 0o600); err != nil {
+		return nil, err
+	}
+	var cmds []*exec.Cmd
+	stop := func() error {
+		var errs []error
+		for _, c := range cmds {
+			c.Process.Signal(syscall.SIGTERM)
+		}
+		for _, c := range cmds {
+			if err := c.Wait(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for range n {
+		dir, err := os.MkdirTemp(cfg.Data, "worker-")
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		c := exec.CommandContext(ctx, bin, "worker", "--database", cfg.Database, "--data", dir, "--concurrency", "4", "--catalog", catalog)
+		c.Env = append(os.Environ(), "STUDIO_ASSETS="+assets, "STUDIO_LOG_LEVEL=info")
+		logs, err := c.StderrPipe()
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		if err := c.Start(); err != nil {
+			stop()
+			return nil, fmt.Errorf("start %s worker: %w", bin, err)
+		}
+		cmds = append(cmds, c)
+		started := make(chan struct{})
+		go func() {
+			sc := bufio.NewScanner(logs)
+			once := sync.Once{}
+			for sc.Scan() {
+				if bytes.Contains(sc.Bytes(), []byte(`"msg":"workers started"`)) {
+					once.Do(func() { close(started) })
+				}
+			}
+		}()
+		select {
+		case <-started:
+		case <-time.After(time.Minute):
+			stop()
+			return nil, errors.New("a worker process did not start within a minute")
+		case <-ctx.Done():
+			stop()
+			return nil, ctx.Err()
+		}
+	}
+	return stop, nil
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"studio/locks"
+	"studio/locks/redislock"
 	"studio/locks/sqlitelock"
 	"studio/lockservice"
 )
@@ -158,7 +159,8 @@ func TestLockClients(t *testing.T) {
 // one counter in a file, read-modify-write, under one lock; the count comes
 // out exact and every holder's fence is above the last one written. Once
 // on one server, once on two servers sharing a database (--lock-store db),
-// each language's holders split between them.
+// once on two servers with databases of their own sharing a Redis
+// (--lock-store redis://...), each language's holders split between them.
 func TestLockCounterAcrossLanguages(t *testing.T) {
 	t.Parallel()
 	t.Run("one server", func(t *testing.T) {
@@ -175,6 +177,24 @@ func TestLockCounterAcrossLanguages(t *testing.T) {
 		// directly on the same database, on the engine key the servers
 		// make of (actor, name, key).
 		ls, err := sqlitelock.Open(context.Background(), filepath.Join(data, "studio.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ls.Close() })
+		eng := locks.New(ls)
+		t.Cleanup(func() { eng.Close() })
+		lockCounter(t, []*lockServer{a, b}, eng.Lock(lockservice.Scope("local", "shared")))
+	})
+	t.Run("two servers on databases of their own, redis lock store", func(t *testing.T) {
+		t.Parallel()
+		u := testRedisURL(t)
+		if u == "" {
+			t.Skip("no Redis: see the log line above")
+		}
+		// Each server keeps its own SQLite file; only Redis is shared.
+		a := startLockServerIn(t, t.TempDir(), u)
+		b := startLockServerIn(t, t.TempDir(), u)
+		ls, err := redislock.Open(context.Background(), u)
 		if err != nil {
 			t.Fatal(err)
 		}
