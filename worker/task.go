@@ -174,7 +174,7 @@ func (r *run) saveStep(tr *taskRun, step, ref string) error {
 // it.
 func (r *run) finish(ctx context.Context, tr *taskRun, gen generator.Generator, ref string) (intent.Asset, error) {
 	if tr.c.Attempt > 1 {
-		a, err := r.cfg.Store.AssetForTask(ctx, tr.c.TaskID)
+		a, err := r.cfg.Store.AssetForTask(ctx, tr.c.ID)
 		switch {
 		case err == nil:
 			if ok, err := r.cfg.Blobs.Exists(ctx, a.SHA256); err == nil && ok {
@@ -218,7 +218,7 @@ func (r *run) complete(tr *taskRun, a intent.Asset) error {
 		return res.Err
 	}
 	r.cfg.Observe(OutcomeSucceeded)
-	r.cfg.Logger.Debug("task succeeded", "task", tr.c.TaskID, "batch", tr.c.BatchID, "attempt", tr.c.Attempt,
+	r.cfg.Logger.Debug("task succeeded", "task", tr.c.ID, "batch", tr.c.BatchID, "attempt", tr.c.Attempt,
 		"fence", tr.c.Fence, "asset", res.AssetID, "owner", r.cfg.Owner)
 	return nil
 }
@@ -226,7 +226,7 @@ func (r *run) complete(tr *taskRun, a intent.Asset) error {
 // settle ends a task whose steps returned err: nothing more (success, lost
 // lease, canceled by the store), a hand back, or a failure.
 func (r *run) settle(tr *taskRun, err error) {
-	log := r.cfg.Logger.With("task", tr.c.TaskID, "batch", tr.c.BatchID, "attempt", tr.c.Attempt, "fence", tr.c.Fence)
+	log := r.cfg.Logger.With("task", tr.c.ID, "batch", tr.c.BatchID, "attempt", tr.c.Attempt, "fence", tr.c.Fence)
 	cause := context.Cause(tr.ctx)
 	switch {
 	case err == nil:
@@ -252,7 +252,7 @@ func (r *run) settle(tr *taskRun, err error) {
 	backoff := leasequeue.RetryWait(r.cfg.RetryBase, r.cfg.RetryMax, tr.c.Attempt, rand.Float64(), err)
 	ctx, cancel := context.WithTimeout(r.s.Background(), storeTimeout)
 	defer cancel()
-	state, ferr := r.cfg.Store.FailTask(ctx, store.Failure{
+	state, ferr := r.cfg.Store.FailLease(ctx, store.Failure{
 		Lease: tr.c.Lease, Error: msg, Permanent: permanent, MaxAttempts: r.cfg.MaxAttempts, Backoff: backoff,
 	})
 	switch {
@@ -287,7 +287,7 @@ func (r *run) release(tr *taskRun, log *slog.Logger, why string, canceled bool) 
 			log.Info("could not record the step before handing the lease back", "err", err)
 		}
 	}
-	errs, err := r.cfg.Store.ReleaseTasks(ctx, []store.Lease{tr.c.Lease})
+	errs, err := r.cfg.Store.ReleaseLeases(ctx, []store.Lease{tr.c.Lease})
 	switch {
 	case err != nil:
 		log.Error("could not hand the lease back; it will expire", "why", why, "err", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"studio/leasequeue"
 	"studio/worker"
 )
 
@@ -37,18 +38,20 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 		limiter = worker.Semaphores(d.locks, limits)
 	}
 	p, err := worker.New(worker.Config{
-		Store:       m.store,
-		Generators:  reg,
-		Blobs:       m.blobs,
-		Batches:     m.store,
-		Concurrency: cfg.Workers,
-		LeaseTTL:    cfg.LeaseTTL,
-		MaxAttempts: cfg.MaxAttempts,
-		RetryBase:   cfg.RetryBase,
-		Grace:       cfg.Grace,
-		Limiter:     limiter,
-		Logger:      m.Logger.With("component", "worker"),
-		Observe:     d.wrap.attempts(),
+		Options: leasequeue.Options{
+			Concurrency: cfg.Workers,
+			LeaseTTL:    cfg.LeaseTTL,
+			MaxAttempts: cfg.MaxAttempts,
+			RetryBase:   cfg.RetryBase,
+			Grace:       cfg.Grace,
+			Logger:      m.Logger.With("component", "worker"),
+		},
+		Store:      m.store,
+		Generators: reg,
+		Blobs:      m.blobs,
+		Batches:    m.store,
+		Limiter:    limiter,
+		Observe:    d.wrap.attempts(),
 	})
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
