@@ -96,6 +96,10 @@ type ClaimParams struct {
 	// MaxAttempts fails, instead of claiming, an expired row that has used
 	// this many attempts (graceful releases not counted); 0 means no limit.
 	MaxAttempts int
+	// SkipGenerators (tasks only) names generators whose queued tasks are
+	// not claimed (their circuit breaker is open): they stay queued, and
+	// other generators' tasks are claimed as if they were not there.
+	SkipGenerators []string
 }
 
 // RenewParams renews leases of one owner.

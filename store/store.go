@@ -9,6 +9,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"studio/intent"
@@ -124,4 +125,37 @@ type StepSave struct {
 	Lease
 	Step        string
 	ProviderRef string
+	// Calls is how many paid generation calls were made since the task's
+	// last record of them: added to its generation_calls.
+	Calls int
+	// Note, when not empty, is appended to the task's history (a line
+	// such as "attempt 2: the provider lost prompt X; submitted again").
+	Note string
+}
+
+// MaxHistory bounds a task's history: the oldest lines past it are
+// dropped.
+const MaxHistory = 20
+
+// HistoryLine is a note as a task's history column holds it: one line
+// (newlines in it become spaces) ended by a newline; "" for no note.
+func HistoryLine(note string) string {
+	note = strings.TrimSpace(strings.ReplaceAll(strings.ReplaceAll(note, "\r", " "), "\n", " "))
+	if note == "" {
+		return ""
+	}
+	return note + "\n"
+}
+
+// HistoryLines reads a task's history column: its last MaxHistory lines,
+// oldest first, never nil.
+func HistoryLines(col string) []string {
+	lines := strings.Split(strings.TrimSuffix(col, "\n"), "\n")
+	if col == "" {
+		return []string{}
+	}
+	if len(lines) > MaxHistory {
+		lines = lines[len(lines)-MaxHistory:]
+	}
+	return lines
 }

@@ -19,10 +19,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	if cfg.Workers == 0 {
 		return nil
 	}
-	reg, err := m.generators(d)
-	if err != nil {
-		return fmt.Errorf("start workers: %w", err)
-	}
+	reg, gm := d.gens, d.genMetrics
 	infos, err := d.catalog.Generators(ctx)
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
@@ -37,7 +34,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	if len(limits) > 0 {
 		limiter = worker.Semaphores(d.locks, limits)
 	}
-	p, err := worker.New(worker.Config{
+	wcfg := worker.Config{
 		Options: leasequeue.Options{
 			Concurrency: cfg.Workers,
 			LeaseTTL:    cfg.LeaseTTL,
@@ -52,7 +49,12 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 		Batches:    m.store,
 		Limiter:    limiter,
 		Observe:    d.wrap.attempts(),
-	})
+	}
+	if gm != nil {
+		wcfg.Spend = gm
+	}
+	wcfg.Breakers = d.breakers
+	p, err := worker.New(wcfg)
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
 	}

@@ -73,8 +73,9 @@ func (b *BlobStore) Put(ctx context.Context, r io.Reader) (blob.Info, error) {
 	return info, nil
 }
 
-// Open reads the bytes of sha256, whole, in one statement: the reader
-// holds them in memory and cannot change under its caller.
+// Open reads the bytes of sha256, whole, in one statement, and verifies
+// them: the reader holds them in memory and cannot change under its
+// caller.
 func (b *BlobStore) Open(ctx context.Context, sha string) (io.ReadSeekCloser, error) {
 	if err := blob.CheckSHA256(sha); err != nil {
 		return nil, fmt.Errorf("open blob: %w", err)
@@ -85,6 +86,9 @@ func (b *BlobStore) Open(ctx context.Context, sha string) (io.ReadSeekCloser, er
 		return nil, fmt.Errorf("open blob %s: %w", sha, blob.ErrNotFound)
 	}
 	if err != nil {
+		return nil, fmt.Errorf("open blob: %w", err)
+	}
+	if err := blob.Verify(sha, data); err != nil {
 		return nil, fmt.Errorf("open blob: %w", err)
 	}
 	return bytesReader{bytes.NewReader(data)}, nil

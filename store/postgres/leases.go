@@ -319,7 +319,7 @@ func (t *taskTx) reclaimExpired(ctx context.Context, l *lane, p store.ClaimParam
 // tasks in fair-share order (claimQueuedSQL), in one transaction.
 func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.ClaimedTask, error) {
 	cs, err := claim(ctx, s, taskLane, p, func(t *taskTx, now, expires time.Time, n int) ([]leased, error) {
-		rows, err := t.tx.Query(ctx, claimQueuedSQL, p.Owner, expires, t.wall, now, max(2*n, 8), n, 2*n+8)
+		rows, err := t.tx.Query(ctx, claimQueuedSQL, p.Owner, expires, t.wall, now, max(2*n, 8), n, 2*n+8, skipList(p.SkipGenerators))
 		if err != nil {
 			return nil, err
 		}

@@ -108,9 +108,11 @@ const leasedColumns = `id, %[2]s, fence, attempts, lease_expires_at`
 
 // newLane builds the statements of a kind. parent is the column naming
 // the parent row; canceling is SQL that is true when the parent was asked
-// to cancel; stamp is set on every change of a row's state.
-func newLane(kind store.Kind, table, parent, canceling, stamp, claimable string, counts func(*leaseTx) store.CountDeltas) *lane {
-	f := func(q string) string { return fmt.Sprintf(q, table, parent, canceling, stamp) }
+// to cancel; stamp is set on every change of a row's state; filter is a
+// further condition (with its parameters, just before the limit) on the
+// queued rows claimParent takes.
+func newLane(kind store.Kind, table, parent, canceling, stamp, filter, claimable string, counts func(*leaseTx) store.CountDeltas) *lane {
+	f := func(q string) string { return fmt.Sprintf(q, table, parent, canceling, stamp, filter) }
 	// live is the condition of every fenced write: this claim, still
 	// running, not expired. Its parameters are id, fence, now.
 	const live = `id = ? AND fence = ? AND state = 'running' AND lease_expires_at > ?`
@@ -122,11 +124,12 @@ func newLane(kind store.Kind, table, parent, canceling, stamp, claimable string,
 		counts:     counts,
 		cancelable: canceling != "0",
 		claimable:  claimable,
-		// Parameters of the claims: owner, expires, wall, [parent,] now, limit.
+		// Parameters of the claims: owner, expires, wall, [parent,] now,
+		// [filter's,] limit.
 		claimQueued: f(take + ` WHERE id IN (SELECT id FROM %[1]s
 			WHERE state = 'queued' AND run_after <= ? ORDER BY id LIMIT ?) RETURNING ` + leasedColumns),
 		claimParent: f(take + ` WHERE id IN (SELECT id FROM %[1]s
-			WHERE %[2]s = ? AND state = 'queued' AND run_after <= ? ORDER BY id LIMIT ?) RETURNING ` + leasedColumns),
+			WHERE %[2]s = ? AND state = 'queued' AND run_after <= ?%[5]s ORDER BY id LIMIT ?) RETURNING ` + leasedColumns),
 		findExpired: f(`SELECT id, %[2]s, fence, attempts, attempts - released, %[3]s FROM %[1]s
 			WHERE state = 'running' AND lease_expires_at <= ? ORDER BY lease_expires_at, id LIMIT ?`),
 		cancelExpired: f(`UPDATE %[1]s SET state = 'canceled', ` + end + ` WHERE id = ? AND fence = ?`),
@@ -149,11 +152,14 @@ var (
 	taskLane = newLane(store.KindTask, "tasks", "batch_id",
 		`(SELECT cancel_requested FROM batches WHERE batches.id = tasks.batch_id)`,
 		`, change_seq = `+nextChangeSQL,
+		// The generators of a JSON array (ClaimParams.SkipGenerators) are
+		// left out.
+		` AND generator NOT IN (SELECT value FROM json_each(?))`,
 		// A batch with queued tasks (ready or not), or an expired lease.
 		`SELECT EXISTS (SELECT 1 FROM batches WHERE queued > 0)
 			OR EXISTS (SELECT 1 FROM tasks WHERE state = 'running' AND lease_expires_at <= `+dbNowSQL[len("SELECT "):]+`)`,
 		func(t *leaseTx) store.CountDeltas { return t.batches })
-	itemLane = newLane(store.KindItem, "publication_items", "publication_id", "0", "",
+	itemLane = newLane(store.KindItem, "publication_items", "publication_id", "0", "", "",
 		`SELECT EXISTS (SELECT 1 FROM publications WHERE queued > 0)
 			OR EXISTS (SELECT 1 FROM publication_items WHERE state = 'running' AND lease_expires_at <= `+dbNowSQL[len("SELECT "):]+`)`,
 		func(t *leaseTx) store.CountDeltas { return t.pubs })
@@ -311,7 +317,7 @@ func (t *leaseTx) reclaimExpired(l *lane, p store.ClaimParams, expires int64) ([
 // tasks in fair-share order (claimFairShare), in one transaction.
 func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.ClaimedTask, error) {
 	cs, err := claim(ctx, s, taskLane, p, func(t *leaseTx, expires int64, n int) ([]leased, error) {
-		return t.claimFairShare(p.Owner, expires, n)
+		return t.claimFairShare(p.Owner, expires, n, skipJSON(p.SkipGenerators))
 	}, (*leaseTx).loadTasks)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
@@ -604,10 +610,12 @@ func (s *Store) ReleaseLeases(ctx context.Context, leases []store.Lease) ([]erro
 }
 
 // activeBatchesSQL lists the batches that have a ready queued task, least
-// recently touched first: the candidates of a claim's round-robin.
+// recently touched first: the candidates of a claim's round-robin. The
+// generators of a JSON array (ClaimParams.SkipGenerators) are left out.
 const activeBatchesSQL = `SELECT b.id, b.actor FROM batches b
 	WHERE b.queued > 0 AND EXISTS (SELECT 1 FROM tasks q
-		WHERE q.batch_id = b.id AND q.state = 'queued' AND q.run_after <= ?)
+		WHERE q.batch_id = b.id AND q.state = 'queued' AND q.run_after <= ?
+		AND q.generator NOT IN (SELECT value FROM json_each(?)))
 	ORDER BY b.updated_at, b.id LIMIT ?`
 
 // claimFairShare leases up to n ready queued tasks in fair-share order:
@@ -618,8 +626,8 @@ const activeBatchesSQL = `SELECT b.id, b.actor FROM batches b
 // others, in another round. All of it runs in the claim's IMMEDIATE
 // transaction, so no other claim sees the tasks between the choice and
 // the update.
-func (t *leaseTx) claimFairShare(owner string, expires int64, n int) ([]leased, error) {
-	rows, err := t.query(activeBatchesSQL, t.now, max(4*n, 64))
+func (t *leaseTx) claimFairShare(owner string, expires int64, n int, skip string) ([]leased, error) {
+	rows, err := t.query(activeBatchesSQL, t.now, skip, max(4*n, 64))
 	if err != nil {
 		return nil, fmt.Errorf("find active batches: %w", err)
 	}
@@ -648,7 +656,7 @@ func (t *leaseTx) claimFairShare(owner string, expires int64, n int) ([]leased, 
 	var out []leased
 	for len(out) < n && len(actors) > 0 {
 		for _, sh := range roundRobin(actors, n-len(out)) {
-			got, err := t.takeQueued(taskLane, taskLane.claimParent, owner, expires, t.wall, sh.batch, t.now, sh.n)
+			got, err := t.takeQueued(taskLane, taskLane.claimParent, owner, expires, t.wall, sh.batch, t.now, skip, sh.n)
 			if err != nil {
 				return nil, fmt.Errorf("claim from batch %s: %w", sh.batch, err)
 			}

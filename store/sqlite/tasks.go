@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -13,8 +14,11 @@ import (
 // running task, fenced like every write of the queue, and its asset.
 
 // saveStepSQL records a task's step while its lease is live and its batch
-// was not asked to cancel. Parameters: step, ref, wall, id, fence, now.
-const saveStepSQL = `UPDATE tasks SET step = ?, provider_ref = ?, updated_at = ?
+// was not asked to cancel, with the paid calls made since the last record
+// and a line of history. Parameters: step, ref, wall, calls, history, id,
+// fence, now.
+const saveStepSQL = `UPDATE tasks SET step = ?, provider_ref = ?, updated_at = ?,
+		generation_calls = generation_calls + ?, history = history || ?
 	WHERE id = ? AND fence = ? AND state = 'running' AND lease_expires_at > ?
 		AND NOT (SELECT cancel_requested FROM batches WHERE batches.id = tasks.batch_id)`
 
@@ -36,7 +40,8 @@ func (s *Store) SaveSteps(ctx context.Context, steps []store.StepSave) ([]error,
 
 // SaveStep records one step, fenced; it says whether the lease was live.
 func (t *leaseTx) SaveStep(_ context.Context, st store.StepSave) (bool, error) {
-	n, err := t.exec(saveStepSQL, st.Step, st.ProviderRef, t.wall, st.ID, st.Fence, t.now)
+	n, err := t.exec(saveStepSQL, st.Step, st.ProviderRef, t.wall,
+		st.Calls, store.HistoryLine(st.Note), st.ID, st.Fence, t.now)
 	if err != nil {
 		return false, fmt.Errorf("save step of task %s: %w", st.ID, err)
 	}
@@ -120,4 +125,17 @@ func (s *Store) BlobInUse(ctx context.Context, sha256 string) (bool, error) {
 		return false, fmt.Errorf("blob in use: %w", err)
 	}
 	return in, nil
+}
+
+// skipJSON is ClaimParams.SkipGenerators as the JSON array the claim's
+// json_each reads.
+func skipJSON(ids []string) string {
+	if len(ids) == 0 {
+		return "[]"
+	}
+	b, err := json.Marshal(ids)
+	if err != nil { // a []string always marshals
+		panic(err)
+	}
+	return string(b)
 }
