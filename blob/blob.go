@@ -42,6 +42,14 @@ type Store interface {
 	Sweep(ctx context.Context, p SweepParams) (SweepResult, error)
 }
 
+// Walker is a store that can list what it holds (every store here is
+// one): `studio assets copy` walks a store to copy it to another.
+type Walker interface {
+	// Walk calls fn with the SHA-256 of every blob stored, in no
+	// particular order, and stops at fn's first error.
+	Walk(ctx context.Context, fn func(sha256 string) error) error
+}
+
 // Info describes stored bytes.
 type Info struct {
 	SHA256 string

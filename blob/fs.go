@@ -24,7 +24,10 @@ type FS struct {
 	now func() time.Time
 }
 
-var _ Store = (*FS)(nil)
+var (
+	_ Store  = (*FS)(nil)
+	_ Walker = (*FS)(nil)
+)
 
 // tmpDir holds files being written.
 const tmpDir = "tmp"
@@ -417,4 +420,32 @@ func linked(f *os.File, path string) bool {
 		return false
 	}
 	return os.SameFile(a, b)
+}
+
+// Walk calls fn with every blob stored under the directory.
+func (s *FS) Walk(ctx context.Context, fn func(sha256 string) error) error {
+	subs, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("walk blobs: %w", err)
+	}
+	for _, sub := range subs {
+		if !sub.IsDir() || len(sub.Name()) != 2 {
+			continue
+		}
+		entries, err := os.ReadDir(filepath.Join(s.dir, sub.Name()))
+		if err != nil {
+			return fmt.Errorf("walk blobs: %w", err)
+		}
+		for _, e := range entries {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("walk blobs: %w", err)
+			}
+			if sha := e.Name(); CheckSHA256(sha) == nil && sha[:2] == sub.Name() && e.Type().IsRegular() {
+				if err := fn(sha); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"testing"
 	"testing/iotest"
@@ -191,6 +192,19 @@ func testStoredOnce(t *testing.T, b Backend) {
 	put(t, b.Store, []byte("other bytes"))
 	if n := b.Count(t); n != 2 {
 		t.Fatalf("%d copies held for 2 contents", n)
+	}
+	// A store that walks lists each content once.
+	if w, ok := b.Twin.(blob.Walker); ok {
+		var got []string
+		if err := w.Walk(context.Background(), func(sha string) error { got = append(got, sha); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(got)
+		want := []string{SHA256(data), SHA256([]byte("other bytes"))}
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("Walk listed %v, want %v", got, want)
+		}
 	}
 }
 

@@ -458,3 +458,18 @@ func (s *Store) sweepTrash(ctx context.Context, p blob.SweepParams, sha string) 
 	}
 	return !in, nil
 }
+
+// Walk calls fn with every blob in place (not those in trash).
+func (s *Store) Walk(ctx context.Context, fn func(sha256 string) error) error {
+	for obj := range s.c.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.prefix + "sha256/", Recursive: true}) {
+		if obj.Err != nil {
+			return fmt.Errorf("walk blobs: %w", fault("list", s.prefix+"sha256/", obj.Err))
+		}
+		if sha := path.Base(obj.Key); blob.CheckSHA256(sha) == nil && obj.Key == s.live(sha) {
+			if err := fn(sha); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

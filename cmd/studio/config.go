@@ -73,11 +73,12 @@ const (
 	cmdMigrate
 	cmdToken
 	cmdBench
+	cmdAssets
 
 	// processes are the long-running commands: serve and worker.
 	processes = cmdServe | cmdWorker
 	// everyCommand is every command that opens the database.
-	everyCommand = processes | cmdMigrate | cmdToken | cmdBench
+	everyCommand = processes | cmdMigrate | cmdToken | cmdBench | cmdAssets
 )
 
 // commandNames names each command as its flag set does ("studio NAME").
@@ -87,6 +88,7 @@ var commandNames = map[commands]string{
 	cmdMigrate: "migrate",
 	cmdToken:   "token create",
 	cmdBench:   "bench",
+	cmdAssets:  "assets copy",
 }
 
 // flagDef is one flag of the table: its name, its environment variable,
@@ -135,7 +137,7 @@ var flags = []flagDef{
 		"on SIGTERM, how long running steps may take before their leases are handed back"},
 	{"webhook-url", "STUDIO_WEBHOOK_URL", processes, func(c *Config) any { return &c.WebhookURL },
 		"URL the webhook publication channel POSTs each item to; empty = no webhook channel"},
-	{"assets", "STUDIO_ASSETS", processes | cmdBench, func(c *Config) any { return &c.Assets },
+	{"assets", "STUDIO_ASSETS", processes | cmdBench | cmdAssets, func(c *Config) any { return &c.Assets },
 		"where asset bytes go: empty = files under --data on SQLite, the blobs table on PostgreSQL; s3://BUCKET/PREFIX?endpoint=URL&region=R = S3-compatible object storage (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws/credentials)"},
 	{"assets-redirect", "STUDIO_ASSETS_REDIRECT", cmdServe, func(c *Config) any { return &c.AssetsRedirect },
 		"with --assets s3://..., answer asset content with a redirect to a presigned URL valid this long (e.g. 5m); 0 = stream it through studio"},

@@ -177,3 +177,27 @@ func (b *BlobStore) sweepOne(ctx context.Context, p blob.SweepParams, sha string
 	}
 	return removed, nil
 }
+
+// Walk calls fn with every blob in the table, in pages of 500.
+func (b *BlobStore) Walk(ctx context.Context, fn func(sha256 string) error) error {
+	after := ""
+	for {
+		rows, err := b.s.pool.Query(ctx, `SELECT sha256 FROM blobs WHERE sha256 > $1 ORDER BY sha256 LIMIT 500`, after)
+		if err != nil {
+			return fmt.Errorf("walk blobs: %w", err)
+		}
+		shas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("walk blobs: %w", err)
+		}
+		for _, sha := range shas {
+			if err := fn(sha); err != nil {
+				return err
+			}
+		}
+		if len(shas) < 500 {
+			return nil
+		}
+		after = shas[len(shas)-1]
+	}
+}

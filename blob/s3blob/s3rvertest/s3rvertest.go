@@ -138,18 +138,24 @@ func Start(t testing.TB) *Server {
 	t.Helper()
 	bin := script(t)
 	s := &Server{t: t, dir: t.TempDir()}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// A free port, found by listening and closing: another process may
+	// take it in between, so a start that fails tries another.
+	var err error
+	for range 3 {
+		ln, lerr := net.Listen("tcp", "127.0.0.1:0")
+		if lerr != nil {
+			t.Fatal(lerr)
+		}
+		s.port = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
+		if err = s.start(bin); err == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
 	}
-	s.port = ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
-	if err := s.start(bin); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	return s
+	t.Fatal(err)
+	return nil
 }
 
 // start runs s3rver on s.port and waits for the line that says it
