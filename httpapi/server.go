@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -53,6 +54,13 @@ type Blobs interface {
 	Open(ctx context.Context, sha256 string) (io.ReadSeekCloser, error)
 }
 
+// Presigner answers short-lived URLs that read asset bytes straight from
+// an object store (s3blob.Store has it); blob.ErrNotFound when the bytes
+// are not where such a URL can reach them.
+type Presigner interface {
+	Presign(ctx context.Context, sha256 string, ttl time.Duration, contentType string) (*url.URL, error)
+}
+
 // Limits bounds what a request may carry.
 type Limits struct {
 	// GenerationBody is the largest POST /v1/generations body in bytes;
@@ -90,6 +98,11 @@ type Config struct {
 	// Blobs serves asset bytes; without it GET /v1/assets/{id}/content
 	// answers 503.
 	Blobs Blobs
+	// Presign, with PresignTTL, answers asset content with a redirect to
+	// a presigned URL of the object store instead of the bytes (unless
+	// the request says ?redirect=false); nil streams every answer.
+	Presign    Presigner
+	PresignTTL time.Duration
 	// Uploads runs POST /v1/uploads; without it the route answers 503.
 	Uploads Uploads
 	// UploadDir holds upload bodies while they are checked; the system's
@@ -145,22 +158,24 @@ type RequestRecord struct {
 
 // Server is studio's HTTP API.
 type Server struct {
-	gens      Generations
-	store     Store
-	blobs     Blobs
-	uploads   Uploads
-	uploadDir string
-	pubs      Publications
-	locks     Locks
-	log       *slog.Logger
-	limits    Limits
-	metrics   http.Handler
-	observe   func(RequestRecord)
-	cursors   cursorSigner
-	catalogs  Catalogs
-	health    func() []GeneratorStatus
-	ui        http.Handler
-	router    *chi.Mux
+	gens       Generations
+	store      Store
+	blobs      Blobs
+	presign    Presigner
+	presignTTL time.Duration
+	uploads    Uploads
+	uploadDir  string
+	pubs       Publications
+	locks      Locks
+	log        *slog.Logger
+	limits     Limits
+	metrics    http.Handler
+	observe    func(RequestRecord)
+	cursors    cursorSigner
+	catalogs   Catalogs
+	health     func() []GeneratorStatus
+	ui         http.Handler
+	router     *chi.Mux
 	// bodies remembers what intent bodies already answered came to
 	// (serveIntent).
 	bodies *memo.Map[bodyKey, seenBody]
@@ -206,21 +221,23 @@ func New(cfg Config) (*Server, error) {
 		cfg.Events.Heartbeat = DefaultEventHeartbeat
 	}
 	s := &Server{
-		gens:      cfg.Generations,
-		store:     cfg.Store,
-		blobs:     cfg.Blobs,
-		uploads:   cfg.Uploads,
-		uploadDir: cfg.UploadDir,
-		pubs:      cfg.Publications,
-		locks:     cfg.Locks,
-		log:       cfg.Logger,
-		limits:    cfg.Limits,
-		metrics:   cfg.Metrics,
-		observe:   cfg.Observe,
-		catalogs:  cfg.Catalogs,
-		health:    cfg.GeneratorHealth,
-		ui:        cfg.UI,
-		bodies:    memo.New[bodyKey, seenBody](seenBodies),
+		gens:       cfg.Generations,
+		store:      cfg.Store,
+		blobs:      cfg.Blobs,
+		presign:    cfg.Presign,
+		presignTTL: cfg.PresignTTL,
+		uploads:    cfg.Uploads,
+		uploadDir:  cfg.UploadDir,
+		pubs:       cfg.Publications,
+		locks:      cfg.Locks,
+		log:        cfg.Logger,
+		limits:     cfg.Limits,
+		metrics:    cfg.Metrics,
+		observe:    cfg.Observe,
+		catalogs:   cfg.Catalogs,
+		health:     cfg.GeneratorHealth,
+		ui:         cfg.UI,
+		bodies:     memo.New[bodyKey, seenBody](seenBodies),
 
 		events:      cfg.Events,
 		streamsDone: make(chan struct{}),

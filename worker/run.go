@@ -175,8 +175,8 @@ func (h *tasks) sweepLoop(ctx context.Context) {
 		switch {
 		case err != nil && ctx.Err() == nil:
 			h.cfg.Logger.Warn("blob sweep failed", "err", err)
-		case err == nil && (res.Removed > 0 || res.Leftovers > 0):
-			h.cfg.Logger.Info("blob sweep", "removed", res.Removed, "kept", res.Kept, "leftovers", res.Leftovers)
+		case err == nil && (res.Removed > 0 || res.Leftovers > 0 || res.Purged > 0):
+			h.cfg.Logger.Info("blob sweep", "removed", res.Removed, "kept", res.Kept, "leftovers", res.Leftovers, "purged", res.Purged)
 		}
 		t.Reset(h.cfg.SweepEvery)
 	}

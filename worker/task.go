@@ -310,7 +310,7 @@ func (r *run) store(ctx context.Context, tr *taskRun, gen generator.Generator, i
 			r.cfg.Logger.Warn("an image of another size than asked", "task", tr.c.TaskID, "generator", gen.ID(), "asked", want, "made", got)
 		}
 	}
-	info, err := r.cfg.Blobs.Put(ctx, bytes.NewReader(img.Bytes))
+	info, err := r.putWaiting(ctx, tr, img.Bytes)
 	if err != nil {
 		return intent.Asset{}, fmt.Errorf("store image: %w", err)
 	}
@@ -325,6 +325,45 @@ func (r *run) store(ctx context.Context, tr *taskRun, gen generator.Generator, i
 		Width: img.Width, Height: img.Height,
 	}, nil
 }
+
+// putWaiting stores the image's bytes. While the blob store is
+// unavailable (an object store that is down) it keeps the image and tries
+// again, backing off up to blobRetryMax, for as long as the task's lease
+// holds: the task waits, holding its run slot (so the worker claims no
+// more), and burns no attempt. Stopping the pool or losing the lease ends
+// the wait.
+func (r *run) putWaiting(ctx context.Context, tr *taskRun, data []byte) (blob.Info, error) {
+	wait := blobRetryMin
+	for try := 1; ; try++ {
+		info, err := r.cfg.Blobs.Put(ctx, bytes.NewReader(data))
+		if !errors.Is(err, blob.ErrUnavailable) {
+			if err == nil && try > 1 {
+				r.cfg.Logger.Info("asset store back: image stored", "task", tr.c.TaskID, "tries", try)
+			}
+			return info, err
+		}
+		if try == 1 {
+			r.cfg.Logger.Warn("asset store unavailable: the task waits for it", "task", tr.c.TaskID, "err", err)
+		}
+		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return blob.Info{}, fmt.Errorf("%w (waited %d tries)", err, try)
+		case <-r.s.StopContext().Done():
+			t.Stop()
+			return blob.Info{}, errHandBack
+		case <-t.C:
+		}
+		wait = min(2*wait, blobRetryMax)
+	}
+}
+
+// The wait between two tries of an unavailable blob store.
+const (
+	blobRetryMin = 200 * time.Millisecond
+	blobRetryMax = 5 * time.Second
+)
 
 // storedImage is what the step "stored" records: the stored bytes' asset
 // fields, and the reference to make them again from should the blob be

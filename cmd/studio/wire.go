@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -109,11 +110,21 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	if err != nil {
 		return nil, err
 	}
+	var presign httpapi.Presigner
+	if cfg.AssetsRedirect > 0 {
+		p, ok := m.blobs.(httpapi.Presigner)
+		if !ok {
+			return nil, errors.New("--assets-redirect needs --assets s3://BUCKET/PREFIX")
+		}
+		presign = p
+	}
 	srv, err := httpapi.New(httpapi.Config{
 		CursorKey:    cursorKey,
 		Generations:  d.wrap.generations(d.service),
 		Store:        m.store,
 		Blobs:        m.blobs,
+		Presign:      presign,
+		PresignTTL:   cfg.AssetsRedirect,
 		Uploads:      d.pubs.uploads,
 		Publications: d.service,
 		Locks:        d.lockAPI,
