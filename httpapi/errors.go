@@ -9,6 +9,7 @@ import (
 
 	"studio/blob"
 	"studio/intent"
+	"studio/store"
 )
 
 // assetStoreRetryAfter is the Retry-After, in seconds, of a 503 for an
@@ -50,7 +51,15 @@ type Problem struct {
 // internal). Internal errors are logged with their details and answered
 // with a generic detail only; other errors are the caller's and are not
 // logged here (the request log line records their status).
+//
+// A dependency fault (store.FaultOf: the database busy, unreachable, full,
+// read-only) is answered by writeFault instead: 503 or 507 with
+// Retry-After, never 500.
 func (s *Server) Error(w http.ResponseWriter, r *http.Request, err error) {
+	if f := store.FaultOf(err); f != nil && intent.ErrorCode(err) == intent.EInternal {
+		s.writeFault(w, r, f)
+		return
+	}
 	if intent.ErrorCode(err) == intent.EInternal {
 		switch {
 		case errors.Is(err, blob.ErrUnavailable):

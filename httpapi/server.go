@@ -15,6 +15,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"studio/intent"
+	"studio/internal/diskfree"
 	"studio/internal/memo"
 	"studio/store"
 )
@@ -68,6 +69,15 @@ type Limits struct {
 	GenerationBody int64
 	// ReadyTimeout bounds the database check of GET /readyz; 2s by default.
 	ReadyTimeout time.Duration
+	// DBWait bounds a request's wait for the database's write lock (held
+	// by another process, or by this one's writers queued first): past it
+	// the request is answered 503 with Retry-After instead of waiting on.
+	// DefaultDBWait by default; negative leaves the engine's own wait.
+	DBWait time.Duration
+	// MinFree is the free space, in bytes, below which the data volume
+	// (Config.DataDir) makes GET /readyz answer 503; DefaultMinFree by
+	// default, negative turns the check off.
+	MinFree int64
 	// UploadBody is the largest POST /v1/uploads body in bytes; 20 MiB by
 	// default. (POST /v1/publications takes GenerationBody.)
 	UploadBody int64
@@ -85,6 +95,8 @@ type Limits struct {
 const (
 	DefaultGenerationBody = 1 << 20
 	DefaultReadyTimeout   = 2 * time.Second
+	DefaultDBWait         = 3 * time.Second
+	DefaultMinFree        = 64 << 20
 	DefaultBodyTimeout    = 30 * time.Second
 	DefaultWriteStall     = 60 * time.Second
 )
@@ -138,6 +150,9 @@ type Config struct {
 	UI http.Handler
 	// Events tunes the batch event streams; zero fields take defaults.
 	Events Events
+	// DataDir, when set, is the directory whose volume /readyz checks for
+	// at least Limits.MinFree free bytes.
+	DataDir string
 }
 
 // RequestRecord describes one answered request: what the request log line
@@ -154,6 +169,9 @@ type RequestRecord struct {
 	Actor string
 	// RequestID is the intent's request id, when the request carried one.
 	RequestID string
+	// Fault is the kind of dependency fault the request was answered with
+	// (store.FaultKind), "" when none.
+	Fault string
 }
 
 // Server is studio's HTTP API.
@@ -179,6 +197,11 @@ type Server struct {
 	// bodies remembers what intent bodies already answered came to
 	// (serveIntent).
 	bodies *memo.Map[bodyKey, seenBody]
+	// outage logs a run of dependency faults once when it begins and once
+	// when it ends.
+	outage *store.Outage
+	// dataDir is the directory whose volume /readyz checks for free space.
+	dataDir string
 
 	events      Events
 	streamsDone chan struct{} // closed by EndStreams
@@ -201,6 +224,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Limits.ReadyTimeout <= 0 {
 		cfg.Limits.ReadyTimeout = DefaultReadyTimeout
+	}
+	if cfg.Limits.DBWait == 0 {
+		cfg.Limits.DBWait = DefaultDBWait
+	}
+	if cfg.Limits.MinFree == 0 {
+		cfg.Limits.MinFree = DefaultMinFree
 	}
 	if cfg.Limits.BodyTimeout == 0 {
 		cfg.Limits.BodyTimeout = DefaultBodyTimeout
@@ -238,6 +267,8 @@ func New(cfg Config) (*Server, error) {
 		health:     cfg.GeneratorHealth,
 		ui:         cfg.UI,
 		bodies:     memo.New[bodyKey, seenBody](seenBodies),
+		outage:     store.NewOutage(cfg.Logger, "api"),
+		dataDir:    cfg.DataDir,
 
 		events:      cfg.Events,
 		streamsDone: make(chan struct{}),
@@ -362,16 +393,35 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 // readyz answers 200 when the database is reachable with every migration
-// applied, 503 otherwise.
+// applied and the data volume has at least Limits.MinFree bytes free; 503
+// with Retry-After and the reason otherwise.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.limits.ReadyTimeout)
 	defer cancel()
 	if err := s.store.Ping(ctx); err != nil {
-		// Not an internal error of this request: the database is down or
-		// behind. Log why, answer without the details.
+		if f := store.FaultOf(err); f != nil {
+			s.writeFault(w, r, f)
+			return
+		}
+		// Not an internal error of this request: the database is down,
+		// slow or behind. Log why, answer without the details.
 		s.log.LogAttrs(r.Context(), slog.LevelWarn, "not ready", slog.String("error", err.Error()))
-		s.Error(w, r, intent.Errorf(intent.EUnavailable, "The database is not ready."))
+		w.Header().Set("Retry-After", "5")
+		detail := "The database is not ready."
+		if ctx.Err() != nil && r.Context().Err() == nil {
+			detail = fmt.Sprintf("The database did not answer within %v.", s.limits.ReadyTimeout)
+		}
+		s.Error(w, r, intent.Errorf(intent.EUnavailable, "%s", detail))
 		return
+	}
+	if s.dataDir != "" && s.limits.MinFree > 0 {
+		free, err := diskfree.Bytes(s.dataDir)
+		if err == nil && free < uint64(s.limits.MinFree) {
+			w.Header().Set("Retry-After", "60")
+			s.Error(w, r, intent.Errorf(intent.EUnavailable, "The data volume has %s free, below the floor of %s.",
+				sizeText(free), sizeText(uint64(s.limits.MinFree))))
+			return
+		}
 	}
 	st := status{Status: "ok"}
 	if s.health != nil {
@@ -385,6 +435,20 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.ok(w, r, http.StatusOK, st)
+}
+
+// sizeText writes a byte count for people: 12.5 MiB.
+func sizeText(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }
 
 // status is the body of /healthz and /readyz.

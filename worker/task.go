@@ -453,6 +453,12 @@ func (r *run) settle(tr *taskRun, err error) {
 	case tr.ctx.Err() != nil, errors.Is(err, errHandBack):
 		r.release(tr, log, "pool stopping", false)
 		return
+	case r.s.Fault(err):
+		// The database (or the disk under it) failed, not the task: hand
+		// it back, which does not count against its attempts. The fault
+		// is logged once per outage.
+		r.release(tr, log, "database fault", false)
+		return
 	case errors.Is(err, errGeneratorDown):
 		r.release(tr, log, err.Error(), false)
 		return
@@ -471,6 +477,9 @@ func (r *run) settle(tr *taskRun, err error) {
 	case errors.Is(ferr, store.ErrLeaseLost):
 		r.cfg.Observe(OutcomeLost)
 		log.Info("lease lost before the failure was recorded", "err", err)
+	case r.s.Fault(ferr):
+		// Logged once per outage; the lease will expire and the task run
+		// again.
 	case ferr != nil:
 		log.Error("could not record a failure; the lease will expire and the task run again", "err", err, "record_err", ferr)
 	case state == intent.StateQueued:
@@ -525,6 +534,8 @@ func (r *run) release(tr *taskRun, log *slog.Logger, why string, canceled bool) 
 	r.recordCalls(ctx, tr, log)
 	errs, err := r.cfg.Store.ReleaseTasks(ctx, []store.Lease{tr.c.Lease})
 	switch {
+	case r.s.Fault(err):
+		// Logged once per outage; the lease will expire.
 	case err != nil:
 		log.Error("could not hand the lease back; it will expire", "why", why, "err", err)
 	case errs[0] != nil:

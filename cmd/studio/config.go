@@ -44,6 +44,8 @@ type Config struct {
 	BodyTimeout     time.Duration
 	WriteStall      time.Duration
 	MaxUploadPixels int64
+	DBWait          time.Duration
+	MinFreeMiB      int64
 }
 
 // DefaultConfig is the configuration with no flags and no environment.
@@ -147,6 +149,10 @@ var flags = []flagDef{
 		"an answer whose write makes no progress this long is cut; 0 = no limit"},
 	{"max-upload-pixels", "STUDIO_MAX_UPLOAD_PIXELS", cmdServe, func(c *Config) any { return &c.MaxUploadPixels },
 		"largest uploaded image, in pixels (width x height)"},
+	{"db-wait", "STUDIO_DB_WAIT", cmdServe, func(c *Config) any { return &c.DBWait },
+		"longest a request waits for the database's write lock; then 503 with Retry-After; 0 = SQLite's 10s busy timeout"},
+	{"min-free-mib", "STUDIO_MIN_FREE_MIB", cmdServe, func(c *Config) any { return &c.MinFreeMiB },
+		"/readyz answers 503 while the data directory's volume has less free, in MiB; 0 = no check"},
 }
 
 // newFlagSet declares on cfg the flags of the table that cmd accepts, with

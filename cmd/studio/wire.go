@@ -10,6 +10,7 @@ import (
 	"studio/generator"
 	"studio/httpapi"
 	"studio/intent"
+	"studio/internal/diskfree"
 	"studio/locks"
 	"studio/locks/redislock"
 	"studio/lockservice"
@@ -70,6 +71,11 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	d.metrics = metrics.New()
 	if err := m.engine.collect(d.metrics); err != nil {
 		return nil, err
+	}
+	if cfg.Data != "" {
+		if err := d.metrics.FreeBytes(func() (uint64, error) { return diskfree.Bytes(cfg.Data) }); err != nil {
+			return nil, err
+		}
 	}
 	m.metrics = d.metrics
 	d.wrap = wrappers{log: m.Logger, metrics: d.metrics, locks: d.locks}
@@ -132,6 +138,7 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		Metrics:      d.metrics.Handler(),
 		Observe:      d.wrap.requests(),
 		Limits:       cfg.httpLimits(),
+		DataDir:      cfg.Data,
 		UploadDir:    uploadDir,
 		Catalogs:     catalogView{d.catalog, p.Limit(), d.service.Channels, d.breakers},
 		GeneratorHealth: func() []httpapi.GeneratorStatus {
