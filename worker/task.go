@@ -307,7 +307,7 @@ func (r *run) store(ctx context.Context, tr *taskRun, gen generator.Generator, i
 				return intent.Asset{}, generator.Permanent(fmt.Errorf("generator %q made an image of %s, not the %s asked; the catalog refuses such images (size_mismatch: refuse)", gen.ID(), got, want))
 			}
 			tr.note = fmt.Sprintf("attempt %d: generator %q made an image of %s, not the %s asked; kept (size_mismatch: warn)", tr.c.Attempt, gen.ID(), got, want)
-			r.cfg.Logger.Warn("an image of another size than asked", "task", tr.c.TaskID, "generator", gen.ID(), "asked", want, "made", got)
+			r.cfg.Logger.Warn("an image of another size than asked", "task", tr.c.ID, "generator", gen.ID(), "asked", want, "made", got)
 		}
 	}
 	info, err := r.putWaiting(ctx, tr, img.Bytes)
