@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"studio/apperr"
 	"studio/blob"
 	"studio/intent"
 	"studio/store"
@@ -20,19 +21,19 @@ const assetStoreRetryAfter = 5
 // never choose an error status themselves: they return a domain error and
 // Error writes it.
 var statusOf = map[string]int{
-	intent.EInvalid:          http.StatusBadRequest,
-	intent.EUnauthorized:     http.StatusUnauthorized,
-	intent.ENotFound:         http.StatusNotFound,
-	intent.EConflict:         http.StatusConflict,
-	intent.ETimeout:          http.StatusRequestTimeout,
-	intent.ETooLarge:         http.StatusRequestEntityTooLarge,
-	intent.EUnsupportedMedia: http.StatusUnsupportedMediaType,
-	intent.EUnprocessable:    http.StatusUnprocessableEntity,
-	intent.EGone:             http.StatusGone,
-	intent.ELocked:           http.StatusLocked,
-	intent.ETooMany:          http.StatusTooManyRequests,
-	intent.EUnavailable:      http.StatusServiceUnavailable,
-	intent.EInternal:         http.StatusInternalServerError,
+	apperr.EInvalid:          http.StatusBadRequest,
+	apperr.EUnauthorized:     http.StatusUnauthorized,
+	apperr.ENotFound:         http.StatusNotFound,
+	apperr.EConflict:         http.StatusConflict,
+	apperr.ETimeout:          http.StatusRequestTimeout,
+	apperr.ETooLarge:         http.StatusRequestEntityTooLarge,
+	apperr.EUnsupportedMedia: http.StatusUnsupportedMediaType,
+	apperr.EUnprocessable:    http.StatusUnprocessableEntity,
+	apperr.EGone:             http.StatusGone,
+	apperr.ELocked:           http.StatusLocked,
+	apperr.ETooMany:          http.StatusTooManyRequests,
+	apperr.EUnavailable:      http.StatusServiceUnavailable,
+	apperr.EInternal:         http.StatusInternalServerError,
 }
 
 // Problem is an RFC 9457 problem document, the body of every error answer.
