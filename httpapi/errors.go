@@ -13,8 +13,8 @@ import (
 	"studio/store"
 )
 
-// assetStoreRetryAfter is the Retry-After, in seconds, of a 503 for an
-// asset store that is down.
+// assetStoreRetryAfter is the Retry-After, in seconds, of a 503 for
+// asset bytes that fail their check.
 const assetStoreRetryAfter = 5
 
 // statusOf is the one map from domain error code to HTTP status. Handlers
@@ -63,12 +63,7 @@ func (s *Server) Error(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if intent.ErrorCode(err) == intent.EInternal {
 		switch {
-		case errors.Is(err, blob.ErrUnavailable):
-			// The object store is down or refusing: a fault to wait out.
-			s.log.LogAttrs(r.Context(), slog.LevelWarn, "asset store unavailable",
-				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-			w.Header().Set("Retry-After", strconv.Itoa(assetStoreRetryAfter))
-			err = intent.Errorf(intent.EUnavailable, "The asset store is unavailable; retry later.")
+		// (An asset store that is down is a fault, answered above.)
 		case errors.Is(err, blob.ErrCorrupt):
 			// Stored bytes that fail their SHA-256 (a disk fault, an object
 			// replaced behind studio's back) are refused, never served; an
