@@ -69,10 +69,10 @@ func (r *run) execute(tr *taskRun) error {
 		if ctx.Err() == nil && r.cfg.Breakers.Result(gen.ID(), err) {
 			err = fmt.Errorf("%w: %w", errGeneratorDown, err)
 		}
-		if err == nil && tr.unsavedCalls() > 0 {
-			// Calls no step recorded yet (a quick task): recorded with
-			// the step it reached, before the completion.
-			err = r.saveStep(tr, tr.step, tr.ref, "")
+		if err == nil && (tr.unsavedCalls() > 0 || tr.note != "") {
+			// Calls no step recorded yet (a quick task), a note: recorded
+			// with the step it reached, before the completion.
+			err = r.saveStep(tr, tr.step, tr.ref, tr.takeNote())
 		}
 		if err == nil {
 			r.s.Observe(r.cfg.Now().Sub(start))
@@ -172,7 +172,7 @@ func (r *run) steps(ctx context.Context, tr *taskRun, gen generator.Generator) (
 			return intent.Asset{}, serr
 		}
 		tr.step, tr.ref, tr.unrecorded = back, le.Ref, nil
-		r.cfg.Logger.Info("the provider lost the task's job or image; going back", "task", tr.c.TaskID,
+		r.cfg.Logger.Info("the provider lost the task's job or image; going back", "task", tr.c.ID,
 			"generator", gen.ID(), "reason", le.Reason, "to_step", back, "err", err)
 		if redone {
 			// Lost twice in one attempt: the next attempt, after its backoff.
@@ -211,7 +211,7 @@ func (r *run) produce(ctx context.Context, tr *taskRun, p generator.Producer) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := r.saveStep(tr, StepStored, ref, ""); err != nil {
+	if err := r.saveStep(tr, StepStored, ref, tr.takeNote()); err != nil {
 		return nil, err
 	}
 	tr.step, tr.ref = StepStored, ref
@@ -279,7 +279,7 @@ func (r *run) saveStep(tr *taskRun, step, ref, note string) error {
 // it.
 func (r *run) finish(ctx context.Context, tr *taskRun, gen generator.Generator, ref string) (intent.Asset, error) {
 	if tr.c.Attempt > 1 {
-		a, err := r.cfg.Store.AssetForTask(ctx, tr.c.TaskID)
+		a, err := r.cfg.Store.AssetForTask(ctx, tr.c.ID)
 		switch {
 		case err == nil:
 			if ok, err := r.cfg.Blobs.Exists(ctx, a.SHA256); err == nil && ok {
@@ -297,7 +297,19 @@ func (r *run) finish(ctx context.Context, tr *taskRun, gen generator.Generator, 
 }
 
 // store puts an image's bytes in the blob store and answers its asset.
+// An image of another size than the task's params ask is refused (a
+// permanent error) when the generator says so, else kept with a note.
 func (r *run) store(ctx context.Context, tr *taskRun, gen generator.Generator, img generator.Image) (intent.Asset, error) {
+	if want, err := generator.RequestSize(tr.job.Params, ""); err == nil && want != "" {
+		if got := fmt.Sprintf("%dx%d", img.Width, img.Height); got != want {
+			if sr, ok := gen.(generator.SizeRefuser); ok && sr.RefusesOtherSizes() {
+				r.cfg.Spend.Discarded(gen.ID(), generator.ReasonSize)
+				return intent.Asset{}, generator.Permanent(fmt.Errorf("generator %q made an image of %s, not the %s asked; the catalog refuses such images (size_mismatch: refuse)", gen.ID(), got, want))
+			}
+			tr.note = fmt.Sprintf("attempt %d: generator %q made an image of %s, not the %s asked; kept (size_mismatch: warn)", tr.c.Attempt, gen.ID(), got, want)
+			r.cfg.Logger.Warn("an image of another size than asked", "task", tr.c.ID, "generator", gen.ID(), "asked", want, "made", got)
+		}
+	}
 	info, err := r.putWaiting(ctx, tr, img.Bytes)
 	if err != nil {
 		return intent.Asset{}, fmt.Errorf("store image: %w", err)
@@ -326,12 +338,12 @@ func (r *run) putWaiting(ctx context.Context, tr *taskRun, data []byte) (blob.In
 		info, err := r.cfg.Blobs.Put(ctx, bytes.NewReader(data))
 		if !errors.Is(err, blob.ErrUnavailable) {
 			if err == nil && try > 1 {
-				r.cfg.Logger.Info("asset store back: image stored", "task", tr.c.TaskID, "tries", try)
+				r.cfg.Logger.Info("asset store back: image stored", "task", tr.c.ID, "tries", try)
 			}
 			return info, err
 		}
 		if try == 1 {
-			r.cfg.Logger.Warn("asset store unavailable: the task waits for it", "task", tr.c.TaskID, "err", err)
+			r.cfg.Logger.Warn("asset store unavailable: the task waits for it", "task", tr.c.ID, "err", err)
 		}
 		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
 		select {
@@ -414,7 +426,7 @@ func (r *run) complete(tr *taskRun, a intent.Asset) error {
 		return res.Err
 	}
 	r.cfg.Observe(OutcomeSucceeded)
-	r.cfg.Logger.Debug("task succeeded", "task", tr.c.TaskID, "batch", tr.c.BatchID, "attempt", tr.c.Attempt,
+	r.cfg.Logger.Debug("task succeeded", "task", tr.c.ID, "batch", tr.c.BatchID, "attempt", tr.c.Attempt,
 		"fence", tr.c.Fence, "asset", res.AssetID, "owner", r.cfg.Owner)
 	return nil
 }
@@ -422,7 +434,7 @@ func (r *run) complete(tr *taskRun, a intent.Asset) error {
 // settle ends a task whose steps returned err: nothing more (success, lost
 // lease, canceled by the store), a hand back, or a failure.
 func (r *run) settle(tr *taskRun, err error) {
-	log := r.cfg.Logger.With("task", tr.c.TaskID, "batch", tr.c.BatchID, "attempt", tr.c.Attempt, "fence", tr.c.Fence)
+	log := r.cfg.Logger.With("task", tr.c.ID, "batch", tr.c.BatchID, "attempt", tr.c.Attempt, "fence", tr.c.Fence)
 	cause := context.Cause(tr.ctx)
 	switch {
 	case err == nil:
@@ -458,7 +470,7 @@ func (r *run) settle(tr *taskRun, err error) {
 	ctx, cancel := context.WithTimeout(r.s.Background(), storeTimeout)
 	defer cancel()
 	r.recordCalls(ctx, tr, log)
-	state, ferr := r.cfg.Store.FailTask(ctx, store.Failure{
+	state, ferr := r.cfg.Store.FailLease(ctx, store.Failure{
 		Lease: tr.c.Lease, Error: msg, Permanent: permanent, MaxAttempts: r.cfg.MaxAttempts, Backoff: backoff,
 	})
 	switch {
@@ -520,7 +532,7 @@ func (r *run) release(tr *taskRun, log *slog.Logger, why string, canceled bool) 
 	ctx, cancel := context.WithTimeout(r.s.Background(), storeTimeout)
 	defer cancel()
 	r.recordCalls(ctx, tr, log)
-	errs, err := r.cfg.Store.ReleaseTasks(ctx, []store.Lease{tr.c.Lease})
+	errs, err := r.cfg.Store.ReleaseLeases(ctx, []store.Lease{tr.c.Lease})
 	switch {
 	case r.s.Fault(err):
 		// Logged once per outage; the lease will expire.

@@ -101,12 +101,12 @@ func testDeleteBatch(t *testing.T, h Harness) {
 		t.Fatalf("delete while publishing: %v, want ErrBatchRunning", err)
 	}
 	items := claimItems(t, s, "w", 10, longTTL)
-	var leases []store.ItemLease
+	var done []store.Completion
 	for _, it := range items {
-		leases = append(leases, it.ItemLease)
+		done = append(done, store.Completion{Lease: it.Lease})
 	}
-	if errs, err := s.CompleteItems(ctx(t), leases); err != nil || len(errs) != 2 || errs[0] != nil || errs[1] != nil {
-		t.Fatalf("CompleteItems = %v, %v", errs, err)
+	if res, err := s.CompleteLeases(ctx(t), done); err != nil || len(res) != 2 || res[0].Err != nil || res[1].Err != nil {
+		t.Fatalf("CompleteLeases = %v, %v", res, err)
 	}
 
 	// An upload of the same bytes as one of the batch's assets keeps them.
