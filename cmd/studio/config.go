@@ -81,11 +81,12 @@ const (
 	cmdAssets
 	cmdPrune
 	cmdVacuum
+	cmdBackup
 
 	// processes are the long-running commands: serve and worker.
 	processes = cmdServe | cmdWorker
 	// everyCommand is every command that opens the database.
-	everyCommand = processes | cmdMigrate | cmdToken | cmdBench | cmdAssets | cmdPrune | cmdVacuum
+	everyCommand = processes | cmdMigrate | cmdToken | cmdBench | cmdAssets | cmdPrune | cmdVacuum | cmdBackup
 )
 
 // commandNames names each command as its flag set does ("studio NAME").
@@ -98,6 +99,7 @@ var commandNames = map[commands]string{
 	cmdAssets:  "assets copy",
 	cmdPrune:   "prune",
 	cmdVacuum:  "vacuum",
+	cmdBackup:  "backup",
 }
 
 // flagDef is one flag of the table: its name, its environment variable,

@@ -104,7 +104,7 @@ func TestCommandsTakeTheTablesFlags(t *testing.T) {
 	args := map[commands][]string{
 		cmdServe: {"serve"}, cmdWorker: {"worker"}, cmdMigrate: {"migrate"},
 		cmdToken: {"token", "create"}, cmdBench: {"bench"}, cmdAssets: {"assets", "copy"},
-		cmdPrune: {"prune"}, cmdVacuum: {"vacuum"},
+		cmdPrune: {"prune"}, cmdVacuum: {"vacuum"}, cmdBackup: {"backup", "DIR"},
 	}
 	listed := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`)
 	for cmd, a := range args {

@@ -40,6 +40,7 @@ Usage:
   studio token list | revoke ID         list tokens (never their secret); revoke one at once
   studio prune --older-than 30d         delete ended batches older than that ([--dry-run]; serve --retain does it in the background)
   studio vacuum                         SQLite: give freed pages back to the filesystem (once, for a file made before)
+  studio backup DIR                     SQLite: a verified copy of a live studio (database and asset files)
   studio bench    [flags]               measure this machine: each operation beside its floor
   studio assets copy --to s3://...      copy every asset's bytes to object storage (resumable, verified)
   studio help                           this text
@@ -87,6 +88,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runPrune(ctx, args[1:], stdout, stderr)
 	case "vacuum":
 		err = runVacuum(ctx, args[1:], stdout, stderr)
+	case "backup":
+		err = runBackup(ctx, args[1:], stdout, stderr)
 	case "submit", "status", "tasks", "wait", "cancel", "delete", "download", "ls":
 		return runClient(ctx, args[0], args[1:], os.Stdin, stdout, stderr)
 	case "help", "-h", "-help", "--help":

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -209,4 +210,84 @@ func TestServeRetain(t *testing.T) {
 	if !strings.Contains(text.String(), want) || !strings.Contains(text.String(), `studio_kept{what="batches"} 0`) {
 		t.Fatalf("metrics after the prune: want %q and no batch kept:\n%s", want, grepLines(text.String(), "studio_removed")+"\n"+grepLines(text.String(), "studio_kept"))
 	}
+}
+
+// TestBackupUnderLoad: `studio backup` copies a live studio while a
+// creator posts batches and workers drain them; serve on the copy has
+// every batch committed before the backup started, replays of their
+// request ids answer 200 with the same batch, and its queued tasks drain.
+func TestBackupUnderLoad(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.Workers = 2
+	m, _ := startMain(t, cfg)
+	token := readToken(t, cfg.Data)
+	c := newClient(t, m.Addr(), token)
+	ctx := context.Background()
+
+	var mu sync.Mutex
+	made := map[string]string{} // request id -> batch id, answered before the backup began
+	began := make(chan struct{})
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			rid := fmt.Sprintf("load-%d", i)
+			var b batchAnswer
+			resp, err := c.do(ctx, "POST", "/v1/generations", generation(rid, "f01", "f02"), &b)
+			if err != nil || resp.StatusCode != http.StatusCreated {
+				t.Errorf("create %s: %v %v", rid, resp, err)
+				return
+			}
+			select {
+			case <-began: // answered after the backup began: may or may not be in it
+			default:
+				mu.Lock()
+				made[rid] = b.ID
+				mu.Unlock()
+			}
+			if i == 5 {
+				began <- struct{}{} // five batches at least before the backup
+			}
+		}
+	}()
+	<-began
+	close(began)
+	dir := filepath.Join(t.TempDir(), "backup")
+	out := studioCLI(t, "backup", dir, "--data", cfg.Data)
+	close(stop)
+	<-done
+	if !strings.Contains(out, "integrity ok") {
+		t.Fatalf("backup: %q", out)
+	}
+	m.Close()
+
+	rcfg := testConfig(t)
+	rcfg.Data = dir
+	rcfg.Workers = 2
+	r, _ := startMain(t, rcfg)
+	rc := newClient(t, r.Addr(), token)
+	mu.Lock()
+	defer mu.Unlock()
+	for rid, id := range made {
+		var b batchAnswer
+		resp, err := rc.do(ctx, "POST", "/v1/generations", generation(rid, "f01", "f02"), &b)
+		if err != nil || resp.StatusCode != http.StatusOK || b.ID != id {
+			t.Fatalf("replay of %s on the restored copy: %v %v %s, want 200 with %s", rid, resp, err, b.ID, id)
+		}
+	}
+	for _, id := range made {
+		waitFor(t, 60*time.Second, "batch "+id+" to drain on the copy", func() bool {
+			var b batchAnswer
+			_, err := rc.do(ctx, "GET", "/v1/batches/"+id, nil, &b)
+			return err == nil && b.State == "succeeded"
+		})
+	}
+	t.Logf("%d batches made before the backup, all restored and drained", len(made))
 }
