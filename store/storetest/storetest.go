@@ -79,6 +79,10 @@ func Run(t *testing.T, h Harness) {
 		{"BatchChangesEveryPath", testChangesEveryPath},
 		{"WatchBatch", testWatchBatch},
 		{"ListPublications", testListPublications},
+		{"TokenLifecycle", testTokenLifecycle},
+		{"DeleteBatch", testDeleteBatch},
+		{"Prune", testPrune},
+		{"CacheAcrossStores", testCacheAcrossStores},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
