@@ -89,9 +89,14 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 	if err != nil {
 		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
 	}
+	wakes := store.CreatedWakes(in)
+	if err := s.notify(ctx, tx, wakes); err != nil {
+		return intent.Binding{}, false, fmt.Errorf("create intent: notify: %w", err)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return intent.Binding{}, false, fmt.Errorf("create intent: commit: %w", interpret(err))
 	}
+	s.wakes.hub.Publish(wakes...)
 	return b, true, nil
 }
 
@@ -268,8 +273,10 @@ func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch
 			cancel_requested = true, updated_at = $2 WHERE id = $3`, n, now, id); err != nil {
 			return err
 		}
-		out, err = getBatch(ctx, tx, actor, id)
-		return err
+		if out, err = getBatch(ctx, tx, actor, id); err != nil {
+			return err
+		}
+		return s.notify(ctx, tx, store.CancelWakes(id))
 	})
 	if err != nil {
 		if intent.ErrorCode(err) == intent.ENotFound {
@@ -277,7 +284,7 @@ func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch
 		}
 		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
 	}
-	s.changes.Notify(id)
+	s.wakes.hub.Publish(store.CancelWakes(id)...)
 	return out, nil
 }
 

@@ -421,6 +421,7 @@ func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (intent.State
 		return "", fmt.Errorf("fail item %s: %w", f.ItemID, err)
 	}
 	t.pubs.Of(pub).Move(intent.StateRunning, state)
+	t.retryAt = time.Now().Add(f.Backoff)
 	if err := t.commit(ctx); err != nil {
 		return "", fmt.Errorf("fail item: commit: %w", err)
 	}

@@ -129,8 +129,9 @@ ON CONFLICT (batch_id, shard) DO UPDATE SET queued = s.queued + excluded.queued,
 // goes to a shard of the batch's counts (addShardSQL), not to the batch
 // row: transactions moving tasks of one batch at once take different rows,
 // and none waits on another's commit.
-func applyBatchDeltas(ctx context.Context, tx pgx.Tx, wall time.Time, d store.CountDeltas) error {
-	if len(d) == 0 {
+// A NOTIFY payload (notifySQL) rides in the same round trip.
+func applyBatchDeltas(ctx context.Context, tx pgx.Tx, wall time.Time, d store.CountDeltas, notify string) error {
+	if len(d) == 0 && notify == "" {
 		return nil
 	}
 	ids := d.IDs()
@@ -138,6 +139,9 @@ func applyBatchDeltas(ctx context.Context, tx pgx.Tx, wall time.Time, d store.Co
 	for _, id := range ids {
 		c := d[id]
 		b.Queue(addShardSQL, c.Queued, c.Running, c.Succeeded, c.Failed, c.Canceled, c.Started, wall, id, rand.IntN(countShards))
+	}
+	if notify != "" {
+		b.Queue(notifySQL, notify)
 	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("update counts: %w", err)
@@ -153,6 +157,9 @@ type taskTx struct {
 	wall   time.Time         // s.now()
 	deltas store.CountDeltas // batches' counts
 	pubs   store.CountDeltas // publications' counts
+	// retryAt is when a failed task or item is claimable again (its
+	// wake-up).
+	retryAt time.Time
 }
 
 func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
@@ -174,7 +181,8 @@ func (t *taskTx) dbNow(ctx context.Context) (time.Time, error) {
 }
 
 func (t *taskTx) commit(ctx context.Context) error {
-	if err := applyBatchDeltas(ctx, t.tx, t.wall, t.deltas); err != nil {
+	wakes := append(store.TaskWakes(t.deltas, t.retryAt), store.ItemWakes(t.pubs, t.retryAt)...)
+	if err := applyBatchDeltas(ctx, t.tx, t.wall, t.deltas, t.s.payload(wakes)); err != nil {
 		return err
 	}
 	if err := applyPublicationDeltas(ctx, t.tx, t.wall, t.pubs); err != nil {
@@ -184,7 +192,7 @@ func (t *taskTx) commit(ctx context.Context) error {
 		return err
 	}
 	// Every task whose state moved moved its batch's counts.
-	t.s.changes.NotifyMoved(t.deltas)
+	t.s.wakes.hub.Publish(wakes...)
 	return nil
 }
 
@@ -630,6 +638,7 @@ func (s *Store) FailTask(ctx context.Context, f store.Failure) (intent.State, er
 		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
 	}
 	t.deltas.Of(batch).Move(intent.StateRunning, state)
+	t.retryAt = time.Now().Add(f.Backoff)
 	if err := t.commit(ctx); err != nil {
 		return "", fmt.Errorf("fail task: commit: %w", err)
 	}

@@ -97,6 +97,7 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 		s.bindings.Add(bindingKey{found.Actor, found.RequestID}, found)
 		return found, false, nil
 	}
+	s.wake.Publish(store.CreatedWakes(in)...)
 	// As stored (milliseconds), so this process's look-ups answer what
 	// another process or a restart reads.
 	b.CreatedAt = fromMS(now)
@@ -334,7 +335,7 @@ func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch
 	if err := tx.Commit(); err != nil {
 		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
 	}
-	s.changes.Notify(id)
+	s.wake.Publish(store.CancelWakes(id)...)
 	return b, nil
 }
 

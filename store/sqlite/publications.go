@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/go-json-experiment/json"
 
@@ -218,7 +219,11 @@ func (t *itemTx) commit(ctx context.Context) error {
 			return fmt.Errorf("update counts of publication %s: %w", id, err)
 		}
 	}
-	return t.taskTx.commit(ctx)
+	if err := t.taskTx.commit(ctx); err != nil {
+		return err
+	}
+	t.s.wake.Publish(store.ItemWakes(t.pubs, t.retryAt)...)
+	return nil
 }
 
 // ClaimItems leases items: expired leases first (failed instead when out
@@ -451,6 +456,7 @@ func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (intent.State
 		return "", fmt.Errorf("fail item %s: %w", f.ItemID, err)
 	}
 	t.pubs.Of(pub).Move(intent.StateRunning, state)
+	t.retryAt = time.Now().Add(f.Backoff)
 	if err := t.commit(ctx); err != nil {
 		return "", fmt.Errorf("fail item: commit: %w", err)
 	}

@@ -29,7 +29,7 @@ import (
 	"studio/intent"
 	"studio/internal/memo"
 	"studio/migrations"
-	"studio/store"
+	"studio/wake"
 )
 
 // Synchronous modes for Config.Synchronous.
@@ -53,6 +53,11 @@ type Config struct {
 	Now func() time.Time
 	// ReadConns bounds the read pool; 4 by default.
 	ReadConns int
+	// WatchInterval is how often the store looks whether another process
+	// committed to the file (PRAGMA data_version on a connection of its
+	// own), while anyone in this process listens on its hub (Wake);
+	// DefaultWatchInterval when zero, never when negative.
+	WatchInterval time.Duration
 }
 
 // Store is a SQLite-backed store.Store.
@@ -71,8 +76,8 @@ type Store struct {
 	bindings *memo.Map[bindingKey, intent.Binding]
 	tokens   *memo.Map[string, string] // token hash -> actor
 	heads    *memo.Map[string, batchHead]
-	// changes wakes this process's readers of batch changes (WatchBatch).
-	changes store.ChangeSignal
+	// wake is the hub the store's commits are published on (wake.go).
+	wake *wake.Hub
 }
 
 // Open opens (creating if needed) the database at cfg.Path and applies every
@@ -128,7 +133,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	write.SetConnMaxLifetime(0)
 	s := &Store{write: write, now: cfg.Now, path: cfg.Path,
 		bindings: memo.New[bindingKey, intent.Binding](cacheEntries), tokens: memo.New[string, string](cacheEntries),
-		heads: memo.New[string, batchHead](cacheEntries)}
+		heads: memo.New[string, batchHead](cacheEntries), wake: wake.New()}
 	if err := s.migrate(ctx); err != nil {
 		write.Close()
 		return nil, err
@@ -137,11 +142,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	read.SetMaxOpenConns(cfg.ReadConns)
 	read.SetMaxIdleConns(cfg.ReadConns)
 	s.read = read
+	s.watchOthers(dsn("query_only(1)"), cfg.WatchInterval)
 	return s, nil
 }
 
-// Close closes both pools.
+// Close stops the hub's feed and closes both pools.
 func (s *Store) Close() error {
+	s.wake.Close()
 	var errs []error
 	if s.read != nil {
 		errs = append(errs, s.read.Close())
@@ -150,10 +157,10 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// WatchBatch returns a channel closed when a task of the batch changes
-// through this store, and its release (store.ChangeSignal).
+// WatchBatch returns a channel closed when a task of the batch changes,
+// and its release (wake.Hub.Watch).
 func (s *Store) WatchBatch(batchID string) (<-chan struct{}, func()) {
-	return s.changes.Wait(batchID)
+	return s.wake.Watch(batchID)
 }
 
 // DB returns the write pool (one connection, IMMEDIATE transactions) for

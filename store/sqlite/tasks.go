@@ -161,6 +161,8 @@ type taskTx struct {
 	now    int64 // database clock, ms
 	wall   int64 // s.now(), ms
 	deltas store.CountDeltas
+	// retryAt is when a failed task is claimable again (its wake-up).
+	retryAt time.Time
 }
 
 func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
@@ -192,7 +194,7 @@ func (t *taskTx) commit(ctx context.Context) error {
 		return err
 	}
 	// Every task whose state moved moved its batch's counts.
-	t.s.changes.NotifyMoved(t.deltas)
+	t.s.wake.Publish(store.TaskWakes(t.deltas, t.retryAt)...)
 	return nil
 }
 
@@ -594,6 +596,7 @@ func (s *Store) FailTask(ctx context.Context, f store.Failure) (intent.State, er
 		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
 	}
 	t.deltas.Of(batch).Move(intent.StateRunning, state)
+	t.retryAt = time.Now().Add(f.Backoff)
 	if err := t.commit(ctx); err != nil {
 		return "", fmt.Errorf("fail task: commit: %w", err)
 	}
