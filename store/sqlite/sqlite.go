@@ -54,8 +54,8 @@ type Config struct {
 	// ReadConns bounds the read pool; 4 by default.
 	ReadConns int
 	// WatchInterval is how often the store looks whether another process
-	// committed to the file (PRAGMA data_version on a connection of its
-	// own), while anyone in this process listens on its hub (Wake);
+	// committed to the file (PRAGMA data_version), while anyone in this
+	// process listens on its hub (Wake);
 	// DefaultWatchInterval when zero, never when negative.
 	WatchInterval time.Duration
 }
@@ -78,6 +78,9 @@ type Store struct {
 	heads    *memo.Map[string, batchHead]
 	// wake is the hub the store's commits are published on (wake.go).
 	wake *wake.Hub
+	// onWatch, when set, is called after each look for other processes'
+	// commits (tests).
+	onWatch func()
 }
 
 // Open opens (creating if needed) the database at cfg.Path and applies every
@@ -142,7 +145,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	read.SetMaxOpenConns(cfg.ReadConns)
 	read.SetMaxIdleConns(cfg.ReadConns)
 	s.read = read
-	s.watchOthers(dsn("query_only(1)"), cfg.WatchInterval)
+	s.watchOthers(cfg.WatchInterval)
 	return s, nil
 }
 

@@ -21,17 +21,17 @@ func (s *Store) Wake() *wake.Hub { return s.wake }
 // the file changed, not what changed, so every worker, publisher and
 // events stream looks once. Not Cancel: a cancel made by another process
 // reaches a running task at its next renewal or step (a renewal is a
-// write, and a local drain changes the file all the time).
+// write; a drain in another process changes the file all the time).
 var othersEvent = wake.Event{Kind: wake.Tasks | wake.Items | wake.Changed}
 
 // watchOthers feeds the hub with the commits of other processes. SQLite
 // has no notification between processes; instead, while anyone in this
-// process listens, a connection of its own asks PRAGMA data_version every
-// interval: a value that moved means another connection committed (this
-// process's write connection too: such a wake-up is spurious and costs a
-// look). The pragma reads the WAL index in shared memory, no table: an
-// idle process spends almost nothing on it.
-func (s *Store) watchOthers(dsn string, interval time.Duration) {
+// process listens, the store asks PRAGMA data_version every interval on
+// its write connection: a value that moved means another connection
+// committed, and since every write of this process goes through that one
+// connection, another process. The pragma reads the WAL index in shared
+// memory, no table: an idle process spends almost nothing on it.
+func (s *Store) watchOthers(interval time.Duration) {
 	if interval < 0 {
 		return
 	}
@@ -39,25 +39,20 @@ func (s *Store) watchOthers(dsn string, interval time.Duration) {
 		interval = DefaultWatchInterval
 	}
 	s.wake.Feed(func(ctx context.Context) {
-		db := openDB(dsn)
-		defer db.Close()
-		db.SetMaxOpenConns(1)
-		conn, err := db.Conn(ctx)
-		if err != nil {
-			return // the poll of each listener covers what this misses
-		}
-		defer conn.Close()
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		var last int64
 		known := false
 		for {
 			var v int64
-			if err := conn.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v); err == nil {
+			if err := s.write.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v); err == nil {
 				if known && v != last {
 					s.wake.Publish(othersEvent)
 				}
 				last, known = v, true
+			}
+			if s.onWatch != nil {
+				s.onWatch()
 			}
 			select {
 			case <-ctx.Done():

@@ -76,6 +76,7 @@ func Run(t *testing.T, h Harness) {
 		{"BatchChangesUnderChurn", testChangesUnderChurn},
 		{"BatchChangesEveryPath", testChangesEveryPath},
 		{"WatchBatch", testWatchBatch},
+		{"Wakes", testWakes},
 		{"ListPublications", testListPublications},
 	}
 	for _, tc := range tests {
