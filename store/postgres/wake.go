@@ -56,7 +56,7 @@ func (s *Store) payload(evs []wake.Event) string {
 	return s.wakes.origin + " " + wake.Encode(evs) + " " + s.schema
 }
 
-// notifySQL sends a payload when the transaction commits (” sends
+// notifySQL sends a payload when the transaction commits (an empty one sends
 // nothing): PostgreSQL delivers a transaction's notifications only once
 // it has committed, so a listener never reads before the rows are there.
 const notifySQL = `SELECT pg_notify('` + WakeChannel + `', $1) WHERE $1 <> ''`
