@@ -14,6 +14,7 @@ import (
 	"studio/intent"
 	"studio/leasequeue"
 	"studio/store"
+	"studio/wake"
 )
 
 // Defaults of Config.
@@ -76,6 +77,9 @@ type Config struct {
 	Owner string
 	// Observe, when set, is told the outcome of every try (for metrics).
 	Observe func(channel string, outcome Outcome)
+	// Wake, when set, is the store's hub: the runner claims as soon as a
+	// commit makes items claimable (wake.Items), not at its next poll.
+	Wake *wake.Hub
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -151,6 +155,8 @@ func New(cfg Config) (*Runner, error) {
 		PollMax:     c.PollMax,
 		Loops:       []func(context.Context){h.completions.Loop},
 		Logger:      h.log,
+		Wake:        c.Wake,
+		WakeOn:      wake.Items,
 	}, h)
 	if err != nil {
 		return nil, fmt.Errorf("new publish runner: %w", err)

@@ -15,6 +15,7 @@ import (
 	"studio/intent"
 	"studio/leasequeue"
 	"studio/store"
+	"studio/wake"
 )
 
 // Defaults of Config.
@@ -107,6 +108,11 @@ type Config struct {
 	Now func() time.Time
 	// NewID makes asset ids; intent.NewID by default.
 	NewID func() (string, error)
+	// Wake, when set, is the store's hub: the pool claims as soon as a
+	// commit makes tasks claimable (wake.Tasks), at once or when a
+	// retry's backoff is over, not at its next poll; and a batch asked to
+	// cancel (wake.Cancel) ends its running tasks' contexts at once.
+	Wake *wake.Hub
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -216,6 +222,8 @@ func New(cfg Config) (*Pool, error) {
 		Loops:       loops,
 		Logger:      c.Logger,
 		Now:         c.Now,
+		Wake:        c.Wake,
+		WakeOn:      wake.Tasks,
 		OnStart: func() {
 			c.Logger.Info("workers started", "owner", c.Owner, "concurrency", c.Concurrency,
 				"lease_ttl", c.LeaseTTL.String(), "max_attempts", c.MaxAttempts)
@@ -232,6 +240,10 @@ func New(cfg Config) (*Pool, error) {
 // Stop (ctx only carries values). Starting a started pool does nothing;
 // starting a pool that is stopping waits for the stop to end, then starts.
 func (p *Pool) Start(ctx context.Context) error { return p.runner.Start(ctx) }
+
+// Stats are the pool's counts of claims (all, and those that found
+// nothing) since it was made.
+func (p *Pool) Stats() leasequeue.Stats { return p.runner.Stats() }
 
 // Stop stops claiming, lets running steps end within Grace (or until ctx
 // ends), hands the leases of unfinished tasks back, and returns once every

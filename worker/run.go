@@ -59,6 +59,10 @@ func (h *tasks) Claim(ctx context.Context, owner string, limit int, ttl time.Dur
 // Key is the task's id.
 func (h *tasks) Key(tr *taskRun) string { return tr.c.TaskID }
 
+// Parent is the task's batch: a cancel of the batch (wake.Cancel) ends the
+// task's context at once (leasequeue.Parenter).
+func (h *tasks) Parent(tr *taskRun) string { return tr.c.BatchID }
+
 // Renew renews the tasks' leases in one call.
 func (h *tasks) Renew(ctx context.Context, owner string, trs []*taskRun, ttl time.Duration) (lost, canceled []string, err error) {
 	leases := make([]store.Lease, len(trs))
