@@ -14,6 +14,7 @@ import (
 	"studio/store"
 	"studio/store/postgres"
 	"studio/store/sqlite"
+	"studio/wake"
 )
 
 // engine is what one database engine brings to a process, made in one
@@ -38,6 +39,10 @@ type engine struct {
 	// floors are the bare statements `studio bench` measures the store
 	// against.
 	floors bench.Floors
+	// wake is the store's hub: its commits' wake-ups, and those of other
+	// processes the engine hears (NOTIFY on PostgreSQL, data_version on
+	// SQLite), for the workers, the publisher and the events streams.
+	wake *wake.Hub
 }
 
 // openEngine opens the configured database and applies pending migrations.
@@ -72,6 +77,7 @@ func sqliteEngine(s *sqlite.Store, cfg Config) *engine {
 		store:     s,
 		lockStore: func(ctx context.Context) (locks.Store, error) { return sqlitelock.New(ctx, s.DB()) },
 		floors:    sqlite.NewBenchFloors(s),
+		wake:      s.Wake(),
 		blobs: func() (blob.Store, error) {
 			fs, err := blob.NewFS(filepath.Join(cfg.Data, "assets"))
 			if err != nil {
@@ -98,6 +104,7 @@ func postgresEngine(s *postgres.Store) *engine {
 		store:     s,
 		lockStore: func(ctx context.Context) (locks.Store, error) { return pglock.New(ctx, s.Pool()) },
 		floors:    postgres.NewBenchFloors(s),
+		wake:      s.Wake(),
 		blobs:     func() (blob.Store, error) { return postgres.NewBlobStore(s), nil },
 		collect: func(mx *metrics.Metrics) error {
 			if err := mx.Registry().Register(newPgxPoolCollector(s.Pool())); err != nil {

@@ -73,6 +73,7 @@ func (m *Main) startPublisher(ctx context.Context, d *deps) error {
 		RetryBase:   cfg.RetryBase,
 		Grace:       cfg.Grace,
 		Logger:      m.Logger.With("component", "publisher"),
+		Wake:        m.engine.wake,
 	})
 	if err != nil {
 		return err

@@ -49,6 +49,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 		Limiter:     limiter,
 		Logger:      m.Logger.With("component", "worker"),
 		Observe:     d.wrap.attempts(),
+		Wake:        m.engine.wake,
 	})
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
