@@ -56,6 +56,9 @@ type Config struct {
 	LockStore func() (locks.Store, error)
 	// DBLockStore returns the engine's database lock store.
 	DBLockStore func() (locks.Store, error)
+	// RedisLockStore returns a lock store on Redis, for the *_redis
+	// operations (nil: they fail, saying so).
+	RedisLockStore func() (locks.Store, error)
 	// NewToken makes and stores a new API token for actor, as
 	// `studio token create` does, and returns it.
 	NewToken func(ctx context.Context, actor string) (string, error)
@@ -96,10 +99,14 @@ var ops = []Op{
 		run: func(b *bench) (*Result, error) { return b.lockHold("memory") }, Target: "< 1 µs", goal: func(r *Result) bool { return r.MedianUS < 1 }},
 	{Name: "lock_hold_db", What: "uncontended Hold of a no-op, database store, vs the store's acquire + release statements alone",
 		run: func(b *bench) (*Result, error) { return b.lockHold("db") }, Target: "<= 1.5x", goal: ratioAtMost(1.5)},
+	{Name: "lock_hold_redis", What: "uncontended Hold of a no-op, Redis store, vs the store's acquire + release scripts alone",
+		run: func(b *bench) (*Result, error) { return b.lockHold("redis") }, Target: "<= 1.5x", goal: ratioAtMost(1.5)},
 	{Name: "lock_handoff_memory", What: "release to next holder, 8 waiters, memory store",
 		run: func(b *bench) (*Result, error) { return b.lockHandoff("memory") }},
 	{Name: "lock_handoff_db", What: "release to next holder, 8 waiters, database store",
 		run: func(b *bench) (*Result, error) { return b.lockHandoff("db") }},
+	{Name: "lock_handoff_redis", What: "release to next holder, 8 waiters, Redis store",
+		run: func(b *bench) (*Result, error) { return b.lockHandoff("redis") }},
 }
 
 // Op is one operation of the bench.
@@ -625,9 +632,9 @@ func concurrently(workers, total int, fn func() error) ([]time.Duration, time.Du
 	return slices.Concat(lats...), wall, errors.Join(errs...)
 }
 
-// lockHold: one uncontended Hold of a no-op on the memory or database
-// store, beside sync.Mutex (memory) or the store's own acquire and release
-// statements called without the engine (db).
+// lockHold: one uncontended Hold of a no-op on the memory, database or
+// Redis store, beside sync.Mutex (memory) or the store's own acquire and
+// release calls without the engine (db, redis).
 func (b *bench) lockHold(kind string) (*Result, error) {
 	noop := func(context.Context, *locks.Lease) error { return nil }
 	if kind == "memory" {
@@ -648,7 +655,7 @@ func (b *bench) lockHold(kind string) (*Result, error) {
 		}
 		return latencyResult(ops, floors), nil
 	}
-	ls, err := b.cfg.DBLockStore()
+	ls, err := b.sharedLockStore(kind)
 	if err != nil {
 		return nil, err
 	}
@@ -672,6 +679,18 @@ func (b *bench) lockHold(kind string) (*Result, error) {
 	return latencyResult(ops, floors), nil
 }
 
+// sharedLockStore is the lock store of kind "db" or "redis": one that
+// processes share.
+func (b *bench) sharedLockStore(kind string) (locks.Store, error) {
+	if kind == "redis" {
+		if b.cfg.RedisLockStore == nil {
+			return nil, errors.New("no Redis lock store configured")
+		}
+		return b.cfg.RedisLockStore()
+	}
+	return b.cfg.DBLockStore()
+}
+
 // lockHandoff: 9 goroutines take turns on one key (one holds, 8 wait);
 // each sample is the time from one holder's fn returning to the next
 // holder's fn starting, counted only when the key passed to another
@@ -679,9 +698,9 @@ func (b *bench) lockHold(kind string) (*Result, error) {
 func (b *bench) lockHandoff(kind string) (*Result, error) {
 	var ls locks.Store = locks.NewMemoryStore()
 	def := 5000
-	if kind == "db" {
+	if kind != "memory" {
 		var err error
-		if ls, err = b.cfg.DBLockStore(); err != nil {
+		if ls, err = b.sharedLockStore(kind); err != nil {
 			return nil, err
 		}
 		def = 1000

@@ -85,7 +85,7 @@ func TestSelect(t *testing.T) {
 	for _, op := range ops {
 		names = append(names, op.Name)
 	}
-	if got := strings.Join(names, ","); got != "commit_600,replay,lock_hold_memory,lock_hold_db" {
+	if got := strings.Join(names, ","); got != "commit_600,replay,lock_hold_memory,lock_hold_db,lock_hold_redis" {
 		t.Errorf("Select: %s", got)
 	}
 	if _, err := bench.Select("commit,nope"); err == nil || !strings.Contains(err.Error(), `no operation "nope"`) {

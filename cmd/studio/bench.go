@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"time"
 
 	"studio/bench"
 	"studio/locks"
+	"studio/locks/redislock"
 )
 
 // runBench is `studio bench`: flags to a bench.Config, the results to
@@ -17,7 +19,7 @@ import (
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := DefaultConfig()
 	cfg.Data = ""
-	fs, applyEnv := newFlagSet("bench", &cfg, stderr, "data", "database", "sqlite-synchronous")
+	fs, applyEnv := newFlagSet(cmdBench, &cfg, stderr)
 	var (
 		ops     = fs.String("ops", "", "comma-separated operations (or prefixes: commit, lock_hold, drain...); empty = all")
 		asJSON  = fs.Bool("json", false, "print one JSON line per operation instead of the table")
@@ -25,6 +27,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		tasks   = fs.Int("tasks", 6000, "tasks per drain run")
 		listOps = fs.Bool("list", false, "list the operations and exit")
 		cpuProf = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof reads it)")
+		redis   = fs.String("redis", "", "Redis URL of lock_hold_redis and lock_handoff_redis; empty = --lock-store if it is one, else "+defaultBenchRedis)
 	)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: studio bench [flags]
@@ -78,7 +81,8 @@ run, alternating. Runs on a temporary data directory unless --data or
 		}
 		defer pprof.StopCPUProfile()
 	}
-	bc := benchConfig(cfg, e)
+	bc, closeStores := benchConfig(cfg, e, *redis)
+	defer closeStores()
 	bc.N, bc.Tasks, bc.Progress = *n, *tasks, stderr
 	var each func(bench.Op, *bench.Result) error
 	if *asJSON {
@@ -101,17 +105,54 @@ run, alternating. Runs on a temporary data directory unless --data or
 	return nil
 }
 
+// defaultBenchRedis is the Redis the bench's Redis lock operations use
+// when neither --redis nor --lock-store names one.
+const defaultBenchRedis = "redis://127.0.0.1:6379/0"
+
+// benchRedisPrefix keeps the bench's Redis keys apart from a studio's.
+const benchRedisPrefix = "studio:bench:locks:"
+
 // benchConfig wires the bench to the program: the store and its engine's
 // floors, the lock stores, tokens, and the whole program serving HTTP on
-// the same database.
-func benchConfig(cfg Config, e *engine) bench.Config {
+// the same database. redisURL is the Redis of the Redis lock operations
+// ("" for the default). The function it answers closes the lock stores
+// the run opened.
+func benchConfig(cfg Config, e *engine, redisURL string) (bench.Config, func()) {
+	if redisURL == "" {
+		redisURL = defaultBenchRedis
+		if isRedisURL(cfg.LockStore) {
+			redisURL = cfg.LockStore
+		}
+	}
+	var closers []func() error
+	opened := func(ls locks.Store, closeFn func() error, err error) (locks.Store, error) {
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, closeFn)
+		return ls, nil
+	}
+	closeAll := func() {
+		for _, c := range closers {
+			c()
+		}
+	}
 	return bench.Config{
 		Store:         e.store,
 		Floors:        e.floors,
 		Dir:           cfg.Data,
 		MaxBatchTasks: cfg.MaxBatchTasks,
-		LockStore:     func() (locks.Store, error) { return openLockStore(cfg.lockStore(), e) },
-		DBLockStore:   func() (locks.Store, error) { return openLockStore("db", e) },
+		LockStore:     func() (locks.Store, error) { return opened(openLockStore(cfg.lockStore(), e)) },
+		DBLockStore:   func() (locks.Store, error) { return opened(openLockStore("db", e)) },
+		RedisLockStore: func() (locks.Store, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			rs, err := redislock.Open(ctx, redisURL, redislock.WithPrefix(benchRedisPrefix))
+			if err != nil {
+				return nil, fmt.Errorf("the Redis lock operations need a Redis (--redis URL, or leave them out with --ops): %w", err)
+			}
+			return opened(rs, rs.Close, nil)
+		},
 		NewToken: func(ctx context.Context, actor string) (string, error) {
 			return createToken(ctx, e.store, actor)
 		},
@@ -127,5 +168,5 @@ func benchConfig(cfg Config, e *engine) bench.Config {
 			}
 			return m.Addr(), m.Close, nil
 		},
-	}
+	}, closeAll
 }

@@ -18,17 +18,24 @@ import (
 func TestBenchJSON(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	args := []string{"bench", "--data", t.TempDir(), "--json", "--n", "4", "--tasks", "12",
-		"--ops", "lock_handoff,commit_12,replay,storm_64,http_replay,drain,lock_hold"}
+	opsList := "lock_handoff_memory,lock_handoff_db,commit_12,replay,storm_64,http_replay,drain,lock_hold_memory,lock_hold_db"
+	want := []string{"commit_12", "replay", "storm_64", "http_replay", "drain_1", "drain_4", "lock_hold_memory", "lock_hold_db", "lock_handoff_memory", "lock_handoff_db"}
+	args := []string{"bench", "--data", t.TempDir(), "--json", "--n", "4", "--tasks", "12"}
+	if u := testRedisURL(t); u != "" {
+		opsList = "lock_handoff,commit_12,replay,storm_64,http_replay,drain,lock_hold"
+		want = slices.Insert(want, 8, "lock_hold_redis")
+		want = append(want, "lock_handoff_redis")
+		args = append(args, "--redis", u)
+	}
+	args = append(args, "--ops", opsList)
 	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
-	want := []string{"commit_12", "replay", "storm_64", "http_replay", "drain_1", "drain_4", "lock_hold_memory", "lock_hold_db", "lock_handoff_memory", "lock_handoff_db"}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	if len(lines) != len(want) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), stdout.String())
 	}
-	noFloor := []string{"storm_64", "lock_handoff_memory", "lock_handoff_db"}
+	noFloor := []string{"storm_64", "lock_handoff_memory", "lock_handoff_db", "lock_handoff_redis"}
 	for i, line := range lines {
 		var r map[string]any
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
@@ -107,7 +114,7 @@ func TestBenchTableAndOps(t *testing.T) {
 	if code := run(context.Background(), []string{"bench", "--ops", "commit,nope"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `no operation "nope"`) {
 		t.Fatalf("unknown op: exit %d, %q", code, stderr.String())
 	}
-	for list, want := range map[string]int{"": len(bench.Ops()), "commit": 3, "lock_hold,commit_600": 3, "drain": 2, "replay": 1} {
+	for list, want := range map[string]int{"": len(bench.Ops()), "commit": 3, "lock_hold,commit_600": 4, "drain": 2, "replay": 1} {
 		ops, err := bench.Select(list)
 		if err != nil || len(ops) != want {
 			t.Errorf("selectOps(%q): %d ops, %v; want %d", list, len(ops), err, want)

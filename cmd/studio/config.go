@@ -55,94 +55,121 @@ func DefaultConfig() Config {
 	return c
 }
 
-// flagSpec binds one flag to its environment variable.
-type flagSpec struct {
-	name, env string
+// commands is a set of the commands that read a Config from flags.
+type commands uint8
+
+const (
+	cmdServe commands = 1 << iota
+	cmdWorker
+	cmdMigrate
+	cmdToken
+	cmdBench
+
+	// processes are the long-running commands: serve and worker.
+	processes = cmdServe | cmdWorker
+	// everyCommand is every command that opens the database.
+	everyCommand = processes | cmdMigrate | cmdToken | cmdBench
+)
+
+// commandNames names each command as its flag set does ("studio NAME").
+var commandNames = map[commands]string{
+	cmdServe:   modeServe,
+	cmdWorker:  modeWorker,
+	cmdMigrate: "migrate",
+	cmdToken:   "token create",
+	cmdBench:   "bench",
 }
 
-// newFlagSet declares the flags a command takes (by name) on cfg, with env
-// variables as defaults, and returns the set and a function that applies
-// the environment after parsing.
-func newFlagSet(cmd string, cfg *Config, stderr io.Writer, names ...string) (*flag.FlagSet, func() error) {
-	fs := flag.NewFlagSet("studio "+cmd, flag.ContinueOnError)
+// flagDef is one flag of the table: its name, its environment variable,
+// the commands that accept it, the Config field it sets and its help.
+type flagDef struct {
+	name, env string
+	in        commands
+	field     func(c *Config) any // *string, *int, *int64 or *time.Duration
+	usage     string              // " (env VAR)" is appended
+}
+
+// flags is the one table of the commands' flags: a new flag is added here,
+// with the commands that take it, and nowhere else. The tests check that
+// every Config field has a flag, every flag a command, and every command
+// parses each of its flags and their variables.
+var flags = []flagDef{
+	{"data", "STUDIO_DATA", everyCommand, func(c *Config) any { return &c.Data },
+		"data directory: holds studio.db, assets/ and token"},
+	{"addr", "STUDIO_ADDR", cmdServe, func(c *Config) any { return &c.Addr },
+		"HTTP listen address, HOST:PORT; port 0 picks a free one"},
+	{"workers", "STUDIO_WORKERS", cmdServe, func(c *Config) any { return &c.Workers },
+		"in-process workers; 0 = API only"},
+	{"concurrency", "STUDIO_WORKERS", cmdWorker, func(c *Config) any { return &c.Workers },
+		"tasks run at once by this worker process"},
+	{"lease-ttl", "STUDIO_LEASE_TTL", processes, func(c *Config) any { return &c.LeaseTTL },
+		"task lease length; renewed every third of it"},
+	{"max-batch-tasks", "STUDIO_MAX_BATCH_TASKS", cmdServe, func(c *Config) any { return &c.MaxBatchTasks },
+		"largest plan accepted, in tasks"},
+	{"max-attempts", "STUDIO_MAX_ATTEMPTS", processes, func(c *Config) any { return &c.MaxAttempts },
+		"tries before a task is failed"},
+	{"retry-base", "STUDIO_RETRY_BASE", processes, func(c *Config) any { return &c.RetryBase },
+		"first retry delay; doubles per attempt with jitter, at most 1m"},
+	{"catalog", "STUDIO_CATALOG", processes, func(c *Config) any { return &c.Catalog },
+		"catalog JSON file; empty = the embedded catalog"},
+	{"database", "STUDIO_DATABASE_URL", everyCommand, func(c *Config) any { return &c.Database },
+		"database URL; empty = SQLite in --data; postgres://... selects PostgreSQL"},
+	{"lock-store", "STUDIO_LOCK_STORE", processes, func(c *Config) any { return &c.LockStore },
+		"memory, db or a redis:// URL (locks shared through Redis); default memory on SQLite, db on PostgreSQL"},
+	{"log-level", "STUDIO_LOG_LEVEL", processes, func(c *Config) any { return &c.LogLevel },
+		"debug, info, warn or error"},
+	{"debug-addr", "STUDIO_DEBUG_ADDR", processes, func(c *Config) any { return &c.DebugAddr },
+		"serve net/http/pprof on this separate address; empty = off"},
+	{"sqlite-synchronous", "STUDIO_SQLITE_SYNCHRONOUS", everyCommand, func(c *Config) any { return &c.Synchronous },
+		"FULL (a 201 survives a machine crash) or NORMAL (survives a process crash; faster)"},
+	{"grace", "STUDIO_GRACE", processes, func(c *Config) any { return &c.Grace },
+		"on SIGTERM, how long running steps may take before their leases are handed back"},
+	{"webhook-url", "STUDIO_WEBHOOK_URL", processes, func(c *Config) any { return &c.WebhookURL },
+		"URL the webhook publication channel POSTs each item to; empty = no webhook channel"},
+	{"body-timeout", "STUDIO_BODY_TIMEOUT", cmdServe, func(c *Config) any { return &c.BodyTimeout },
+		"time to read a request body; slower is 408 and the connection closed; 0 = no limit"},
+	{"write-stall", "STUDIO_WRITE_STALL", cmdServe, func(c *Config) any { return &c.WriteStall },
+		"an answer whose write makes no progress this long is cut; 0 = no limit"},
+	{"max-upload-pixels", "STUDIO_MAX_UPLOAD_PIXELS", cmdServe, func(c *Config) any { return &c.MaxUploadPixels },
+		"largest uploaded image, in pixels (width x height)"},
+}
+
+// newFlagSet declares on cfg the flags of the table that cmd accepts, with
+// their environment variables, and returns the set and a function that
+// applies the environment after parsing (a flag on the command line wins).
+func newFlagSet(cmd commands, cfg *Config, stderr io.Writer) (*flag.FlagSet, func() error) {
+	fs := flag.NewFlagSet("studio "+commandNames[cmd], flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var specs []flagSpec
-	add := func(name, env string, declare func()) {
-		for _, n := range names {
-			if n == name {
-				declare()
-				specs = append(specs, flagSpec{name, env})
-				return
-			}
+	var mine []flagDef
+	for _, d := range flags {
+		if d.in&cmd == 0 {
+			continue
 		}
+		usage := d.usage + " (env " + d.env + ")"
+		switch p := d.field(cfg).(type) {
+		case *string:
+			fs.StringVar(p, d.name, *p, usage)
+		case *int:
+			fs.IntVar(p, d.name, *p, usage)
+		case *int64:
+			fs.Int64Var(p, d.name, *p, usage)
+		case *time.Duration:
+			fs.DurationVar(p, d.name, *p, usage)
+		default:
+			panic(fmt.Sprintf("flag --%s: no flag type for %T", d.name, p))
+		}
+		mine = append(mine, d)
 	}
-	add("data", "STUDIO_DATA", func() {
-		fs.StringVar(&cfg.Data, "data", cfg.Data, "data directory: holds studio.db, assets/ and token (env STUDIO_DATA)")
-	})
-	add("addr", "STUDIO_ADDR", func() {
-		fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "HTTP listen address, HOST:PORT; port 0 picks a free one (env STUDIO_ADDR)")
-	})
-	add("workers", "STUDIO_WORKERS", func() {
-		fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "in-process workers; 0 = API only (env STUDIO_WORKERS)")
-	})
-	add("concurrency", "STUDIO_WORKERS", func() {
-		fs.IntVar(&cfg.Workers, "concurrency", cfg.Workers, "tasks run at once by this worker process (env STUDIO_WORKERS)")
-	})
-	add("lease-ttl", "STUDIO_LEASE_TTL", func() {
-		fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "task lease length; renewed every third of it (env STUDIO_LEASE_TTL)")
-	})
-	add("max-batch-tasks", "STUDIO_MAX_BATCH_TASKS", func() {
-		fs.IntVar(&cfg.MaxBatchTasks, "max-batch-tasks", cfg.MaxBatchTasks, "largest plan accepted, in tasks (env STUDIO_MAX_BATCH_TASKS)")
-	})
-	add("max-attempts", "STUDIO_MAX_ATTEMPTS", func() {
-		fs.IntVar(&cfg.MaxAttempts, "max-attempts", cfg.MaxAttempts, "tries before a task is failed (env STUDIO_MAX_ATTEMPTS)")
-	})
-	add("retry-base", "STUDIO_RETRY_BASE", func() {
-		fs.DurationVar(&cfg.RetryBase, "retry-base", cfg.RetryBase, "first retry delay; doubles per attempt with jitter, at most 1m (env STUDIO_RETRY_BASE)")
-	})
-	add("catalog", "STUDIO_CATALOG", func() {
-		fs.StringVar(&cfg.Catalog, "catalog", cfg.Catalog, "catalog JSON file; empty = the embedded catalog (env STUDIO_CATALOG)")
-	})
-	add("database", "STUDIO_DATABASE_URL", func() {
-		fs.StringVar(&cfg.Database, "database", cfg.Database, "database URL; empty = SQLite in --data; postgres://... selects PostgreSQL (env STUDIO_DATABASE_URL)")
-	})
-	add("lock-store", "STUDIO_LOCK_STORE", func() {
-		fs.StringVar(&cfg.LockStore, "lock-store", cfg.LockStore, "memory or db; default memory on SQLite, db on PostgreSQL (env STUDIO_LOCK_STORE)")
-	})
-	add("log-level", "STUDIO_LOG_LEVEL", func() {
-		fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error (env STUDIO_LOG_LEVEL)")
-	})
-	add("debug-addr", "STUDIO_DEBUG_ADDR", func() {
-		fs.StringVar(&cfg.DebugAddr, "debug-addr", cfg.DebugAddr, "serve net/http/pprof on this separate address; empty = off (env STUDIO_DEBUG_ADDR)")
-	})
-	add("sqlite-synchronous", "STUDIO_SQLITE_SYNCHRONOUS", func() {
-		fs.StringVar(&cfg.Synchronous, "sqlite-synchronous", cfg.Synchronous, "FULL (a 201 survives a machine crash) or NORMAL (survives a process crash; faster) (env STUDIO_SQLITE_SYNCHRONOUS)")
-	})
-	add("grace", "STUDIO_GRACE", func() {
-		fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "on SIGTERM, how long running steps may take before their leases are handed back (env STUDIO_GRACE)")
-	})
-	add("webhook-url", "STUDIO_WEBHOOK_URL", func() {
-		fs.StringVar(&cfg.WebhookURL, "webhook-url", cfg.WebhookURL, "URL the webhook publication channel POSTs each item to; empty = no webhook channel (env STUDIO_WEBHOOK_URL)")
-	})
-	add("body-timeout", "STUDIO_BODY_TIMEOUT", func() {
-		fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout, "time to read a request body; slower is 408 and the connection closed; 0 = no limit (env STUDIO_BODY_TIMEOUT)")
-	})
-	add("write-stall", "STUDIO_WRITE_STALL", func() {
-		fs.DurationVar(&cfg.WriteStall, "write-stall", cfg.WriteStall, "an answer whose write makes no progress this long is cut; 0 = no limit (env STUDIO_WRITE_STALL)")
-	})
-	add("max-upload-pixels", "STUDIO_MAX_UPLOAD_PIXELS", func() {
-		fs.Int64Var(&cfg.MaxUploadPixels, "max-upload-pixels", cfg.MaxUploadPixels, "largest uploaded image, in pixels (width x height) (env STUDIO_MAX_UPLOAD_PIXELS)")
-	})
 	applyEnv := func() error {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for _, s := range specs {
-			v, ok := os.LookupEnv(s.env)
-			if !ok || set[s.name] {
+		for _, d := range mine {
+			v, ok := os.LookupEnv(d.env)
+			if !ok || set[d.name] {
 				continue
 			}
-			if err := fs.Set(s.name, v); err != nil {
-				return fmt.Errorf("%s=%q: %w", s.env, v, err)
+			if err := fs.Set(d.name, v); err != nil {
+				return fmt.Errorf("%s=%q: %w", d.env, v, err)
 			}
 		}
 		return nil
@@ -171,16 +198,21 @@ func (c *Config) validate() error {
 	if c.RetryBase <= 0 {
 		errs = append(errs, errors.New("--retry-base must be positive"))
 	}
-	switch c.LockStore {
-	case "", "memory", "db":
+	switch {
+	case c.LockStore == "", c.LockStore == "memory", c.LockStore == "db", isRedisURL(c.LockStore):
 	default:
-		errs = append(errs, fmt.Errorf("--lock-store must be memory or db, not %q", c.LockStore))
+		errs = append(errs, fmt.Errorf("--lock-store must be memory, db or a redis:// URL, not %q", c.LockStore))
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.validateFlags()...)
 	return errors.Join(errs...)
+}
+
+// isRedisURL says whether a --lock-store names a Redis.
+func isRedisURL(s string) bool {
+	return strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://")
 }
 
 // isPostgres says whether the configured database is PostgreSQL.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"studio/locks"
+	"studio/locks/redislock"
 	"studio/locks/sqlitelock"
 	"studio/lockservice"
 )
@@ -70,9 +71,9 @@ func clientDir(t *testing.T, name string) string {
 }
 
 // requiredTools are the programs STUDIO_TEST_LOCK_CLIENTS=1 (CI sets it)
-// requires: the lock clients' own runtimes, on every CI machine. Bun is
-// not among them.
-var requiredTools = map[string]bool{"python3": true, "node": true}
+// requires: the lock clients' own runtimes, on every CI machine (.ci/run
+// installs Bun from npm when it is missing).
+var requiredTools = map[string]bool{"python3": true, "node": true, "bun": true}
 
 // toolPath returns the path of a program, or "" when it is missing; a
 // missing required one fails the test when STUDIO_TEST_LOCK_CLIENTS=1.
@@ -89,7 +90,7 @@ func toolPath(t *testing.T, name string) string {
 }
 
 // needTool returns the path of a program, or skips the test naming it
-// (fails instead, for python3 and node, under STUDIO_TEST_LOCK_CLIENTS=1).
+// (fails instead, for the required ones, under STUDIO_TEST_LOCK_CLIENTS=1).
 func needTool(t *testing.T, name string) string {
 	t.Helper()
 	p := toolPath(t, name)
@@ -158,7 +159,8 @@ func TestLockClients(t *testing.T) {
 // one counter in a file, read-modify-write, under one lock; the count comes
 // out exact and every holder's fence is above the last one written. Once
 // on one server, once on two servers sharing a database (--lock-store db),
-// each language's holders split between them.
+// once on two servers with databases of their own sharing a Redis
+// (--lock-store redis://...), each language's holders split between them.
 func TestLockCounterAcrossLanguages(t *testing.T) {
 	t.Parallel()
 	t.Run("one server", func(t *testing.T) {
@@ -175,6 +177,24 @@ func TestLockCounterAcrossLanguages(t *testing.T) {
 		// directly on the same database, on the engine key the servers
 		// make of (actor, name, key).
 		ls, err := sqlitelock.Open(context.Background(), filepath.Join(data, "studio.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ls.Close() })
+		eng := locks.New(ls)
+		t.Cleanup(func() { eng.Close() })
+		lockCounter(t, []*lockServer{a, b}, eng.Lock(lockservice.Scope("local", "shared")))
+	})
+	t.Run("two servers on databases of their own, redis lock store", func(t *testing.T) {
+		t.Parallel()
+		u := testRedisURL(t)
+		if u == "" {
+			t.Skip("no Redis: see the log line above")
+		}
+		// Each server keeps its own SQLite file; only Redis is shared.
+		a := startLockServerIn(t, t.TempDir(), u)
+		b := startLockServerIn(t, t.TempDir(), u)
+		ls, err := redislock.Open(context.Background(), u)
 		if err != nil {
 			t.Fatal(err)
 		}

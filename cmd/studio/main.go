@@ -111,14 +111,11 @@ func parse(fs *flag.FlagSet, args []string, applyEnv func() error) error {
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, mode string) error {
 	cfg := DefaultConfig()
-	names := []string{"data", "addr", "workers", "lease-ttl", "max-batch-tasks", "max-attempts", "retry-base",
-		"catalog", "database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace", "webhook-url",
-		"body-timeout", "write-stall", "max-upload-pixels"}
+	cmd := cmdServe
 	if mode == modeWorker {
-		names = []string{"data", "concurrency", "lease-ttl", "max-attempts", "retry-base", "catalog",
-			"database", "lock-store", "log-level", "debug-addr", "sqlite-synchronous", "grace", "webhook-url"}
+		cmd = cmdWorker
 	}
-	fs, applyEnv := newFlagSet(mode, &cfg, stderr, names...)
+	fs, applyEnv := newFlagSet(cmd, &cfg, stderr)
 	if err := parse(fs, args, applyEnv); err != nil {
 		return err
 	}
@@ -137,7 +134,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, mode
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := DefaultConfig()
-	fs, applyEnv := newFlagSet("migrate", &cfg, stderr, "data", "database", "sqlite-synchronous")
+	fs, applyEnv := newFlagSet(cmdMigrate, &cfg, stderr)
 	if err := parse(fs, args, applyEnv); err != nil {
 		return err
 	}
@@ -165,7 +162,7 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cfg := DefaultConfig()
 	var actor string
-	fs, applyEnv := newFlagSet("token create", &cfg, stderr, "data", "database", "sqlite-synchronous")
+	fs, applyEnv := newFlagSet(cmdToken, &cfg, stderr)
 	fs.StringVar(&actor, "actor", "", "the actor the token acts for (required)")
 	if err := parse(fs, args[1:], applyEnv); err != nil {
 		return err

@@ -278,7 +278,7 @@ func TestEnvironmentAndFlags(t *testing.T) {
 	t.Setenv("STUDIO_ADDR", "127.0.0.1:9999")
 	t.Setenv("STUDIO_MAX_BATCH_TASKS", "12")
 	cfg := DefaultConfig()
-	fs, applyEnv := newFlagSet("serve", &cfg, io.Discard, "addr", "max-batch-tasks", "workers")
+	fs, applyEnv := newFlagSet(cmdServe, &cfg, io.Discard)
 	if err := fs.Parse([]string{"--addr", "127.0.0.1:1234"}); err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestEnvironmentAndFlags(t *testing.T) {
 	}
 	t.Setenv("STUDIO_WORKERS", "many")
 	cfg = DefaultConfig()
-	fs, applyEnv = newFlagSet("serve", &cfg, io.Discard, "workers")
+	fs, applyEnv = newFlagSet(cmdServe, &cfg, io.Discard)
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
 	}

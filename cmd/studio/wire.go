@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"studio/httpapi"
 	"studio/intent"
 	"studio/locks"
+	"studio/locks/redislock"
 	"studio/lockservice"
 	"studio/metrics"
 	"studio/planner"
@@ -49,10 +51,11 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		return nil, err
 	}
 	m.blobs = blobs
-	lockStore, err := m.lockStore()
+	lockStore, closeLockStore, err := m.lockStore()
 	if err != nil {
 		return nil, err
 	}
+	m.onClose(func(context.Context) error { return closeLockStore() })
 	d.locks = locks.New(lockStore)
 	m.onClose(func(context.Context) error { return d.locks.Close() })
 
@@ -116,14 +119,29 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	return d, nil
 }
 
-// lockStore is the store behind the lock engine: in-process memory, or the
-// database so that locks hold across every process sharing it.
-func (m *Main) lockStore() (locks.Store, error) { return openLockStore(m.Config.lockStore(), m.engine) }
+// lockStore is the store behind the lock engine: in-process memory, the
+// database, or a Redis, so that locks hold across every process sharing
+// it.
+func (m *Main) lockStore() (locks.Store, func() error, error) {
+	return openLockStore(m.Config.lockStore(), m.engine)
+}
 
-// openLockStore opens the lock store of kind ("memory" or "db") on e.
-func openLockStore(kind string, e *engine) (locks.Store, error) {
-	if kind == "memory" {
-		return locks.NewMemoryStore(), nil
+// openLockStore opens the lock store of kind ("memory", "db" on e, or a
+// redis:// or rediss:// URL) and answers what closes it.
+func openLockStore(kind string, e *engine) (locks.Store, func() error, error) {
+	nothing := func() error { return nil }
+	switch {
+	case kind == "memory":
+		return locks.NewMemoryStore(), nothing, nil
+	case isRedisURL(kind):
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		rs, err := redislock.Open(ctx, kind)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open the Redis lock store: %w", err)
+		}
+		return rs, rs.Close, nil
 	}
-	return e.lockStore(context.Background())
+	ls, err := e.lockStore(context.Background())
+	return ls, nothing, err
 }

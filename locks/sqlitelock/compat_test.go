@@ -95,7 +95,7 @@ func TestStandaloneDependencies(t *testing.T) {
 		t.Skip("needs the go command on PATH to list dependencies")
 	}
 	out, err := exec.CommandContext(t.Context(), goBin, "list", "-deps",
-		"studio/locks", "studio/locks/sqlitelock", "studio/locks/pglock").CombinedOutput()
+		"studio/locks", "studio/locks/sqlitelock", "studio/locks/pglock", "studio/locks/redislock").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
@@ -106,7 +106,7 @@ func TestStandaloneDependencies(t *testing.T) {
 		}
 	}
 	slices.Sort(ours)
-	want := []string{"studio/locks", "studio/locks/pglock", "studio/locks/sqlitelock"}
+	want := []string{"studio/locks", "studio/locks/pglock", "studio/locks/redislock", "studio/locks/sqlitelock"}
 	if strings.Join(ours, " ") != strings.Join(want, " ") {
 		t.Fatalf("studio packages in the dependencies: %v, want only %v", ours, want)
 	}

@@ -20,11 +20,11 @@ func NewBenchFloors(s *Store) BenchFloors { return BenchFloors{s: s} }
 // with a bare insert of the binding instead of the store's check.
 func (f BenchFloors) Commit(ctx context.Context, in intent.NewIntent) error {
 	bd := in.Binding
-	return inWriteTx(ctx, f.s.write, func(tx *writeTx) error {
-		if _, err := tx.exec(insertIntentSQL, bd.Actor, bd.RequestID, bd.Operation, bd.Fingerprint, bd.ResourceID, bd.CreatedAt.UnixMilli()); err != nil {
+	return f.s.write(ctx, func(t *tx) error {
+		if _, err := t.exec(insertIntentSQL, bd.Actor, bd.RequestID, bd.Operation, bd.Fingerprint, bd.ResourceID, bd.CreatedAt.UnixMilli()); err != nil {
 			return err
 		}
-		return insertBatch(tx, bd, in.Batch)
+		return insertBatch(t, bd, in.Batch)
 	})
 }
 
@@ -32,7 +32,7 @@ func (f BenchFloors) Commit(ctx context.Context, in intent.NewIntent) error {
 // as bare (unprepared) statements, the columns an answer needs scanned
 // into bare variables.
 func (f BenchFloors) Replay(ctx context.Context, actor, requestID string) error {
-	db := f.s.read
+	db := f.s.readDB
 	var op, fp, rid string
 	var at int64
 	if err := db.QueryRowContext(ctx, `SELECT operation, fingerprint, resource_id, created_at FROM intents WHERE actor = ? AND request_id = ?`,

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 
 	"studio/intent"
@@ -15,39 +14,27 @@ import (
 // transaction, is in commit order, and everything at or below the value a
 // reader sees has committed.
 func (s *Store) BatchChanges(ctx context.Context, p store.ChangesParams) (store.Changes, error) {
-	tx, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return store.Changes{}, fmt.Errorf("batch changes: %w", err)
-	}
-	defer tx.Rollback()
-	b, err := scanBatch(tx.QueryRowContext(ctx, getBatchSQL, p.BatchID, p.Actor))
-	if err != nil {
-		return store.Changes{}, interpret(err)
-	}
-	out := store.Changes{Batch: b}
-	if err := tx.QueryRowContext(ctx, `SELECT n FROM task_change_clock`).Scan(&out.Position); err != nil {
-		return store.Changes{}, fmt.Errorf("batch changes: %w", err)
-	}
-	if p.Since < 0 {
-		return out, nil
-	}
-	if p.Until > p.Since && p.Until < out.Position {
-		out.Position = p.Until
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT `+taskColumns+` FROM tasks
-		WHERE batch_id = ? AND change_seq > ? AND change_seq <= ? ORDER BY id`, p.BatchID, p.Since, out.Position)
-	if err != nil {
-		return store.Changes{}, fmt.Errorf("batch changes: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		t, err := scanTask(rows)
+	var out store.Changes
+	err := s.read(ctx, func(t *tx) error {
+		b, err := getBatch(t, p.Actor, p.BatchID)
 		if err != nil {
-			return store.Changes{}, fmt.Errorf("batch changes: %w", err)
+			return err
 		}
-		out.Tasks = append(out.Tasks, t)
-	}
-	if err := rows.Err(); err != nil {
+		out = store.Changes{Batch: b}
+		if err := t.queryRow(`SELECT n FROM task_change_clock`).Scan(&out.Position); err != nil {
+			return err
+		}
+		if p.Since < 0 {
+			return nil
+		}
+		if p.Until > p.Since && p.Until < out.Position {
+			out.Position = p.Until
+		}
+		out.Tasks, err = collect(t, scanTask, `SELECT `+taskColumns+` FROM tasks
+			WHERE batch_id = ? AND change_seq > ? AND change_seq <= ? ORDER BY id`, p.BatchID, p.Since, out.Position)
+		return err
+	})
+	if err != nil {
 		return store.Changes{}, fmt.Errorf("batch changes: %w", err)
 	}
 	return out, nil
@@ -55,7 +42,7 @@ func (s *Store) BatchChanges(ctx context.Context, p store.ChangesParams) (store.
 
 // ListPublications pages the actor's publications, newest first.
 func (s *Store) ListPublications(ctx context.Context, p store.ListParams) ([]intent.Publication, error) {
-	out, err := pageNewestFirst(ctx, s.read, `SELECT `+publicationColumns+` FROM publications`, p, scanPublication)
+	out, err := pageNewestFirst(ctx, s, `SELECT `+publicationColumns+` FROM publications`, p, scanPublication)
 	if err != nil {
 		return nil, fmt.Errorf("list publications: %w", err)
 	}
@@ -65,7 +52,7 @@ func (s *Store) ListPublications(ctx context.Context, p store.ListParams) ([]int
 // pageNewestFirst runs from (a SELECT of one table's columns, without a
 // WHERE) over the actor's rows after p.After, newest first (ids are
 // drawn in time order), at most p.Limit of them.
-func pageNewestFirst[T any](ctx context.Context, db *sql.DB, from string, p store.ListParams, scan func(scanner) (T, error)) ([]T, error) {
+func pageNewestFirst[T any](ctx context.Context, s *Store, from string, p store.ListParams, scan func(scanner) (T, error)) ([]T, error) {
 	q := from + ` WHERE actor = ?`
 	args := []any{p.Actor}
 	if p.After != "" {
@@ -74,7 +61,21 @@ func pageNewestFirst[T any](ctx context.Context, db *sql.DB, from string, p stor
 	}
 	q += ` ORDER BY id DESC LIMIT ?`
 	args = append(args, p.Limit)
-	rows, err := db.QueryContext(ctx, q, args...)
+	var out []T
+	err := s.read(ctx, func(t *tx) (err error) {
+		out, err = collect(t, scan, q, args...)
+		return err
+	})
+	return out, err
+}
+
+// scanner is a row to scan: a row of tx.queryRow, or the current row of
+// tx.query's rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// collect runs q with args and scans every row it answers.
+func collect[T any](t *tx, scan func(scanner) (T, error), q string, args ...any) ([]T, error) {
+	rows, err := t.query(q, args...)
 	if err != nil {
 		return nil, err
 	}

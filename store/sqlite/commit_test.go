@@ -45,7 +45,7 @@ func TestCachesMissNotRemembered(t *testing.T) {
 	if bd, err := a.LookupIntent(ctx, "alice", "req"); err != nil || bd.ResourceID != id {
 		t.Fatalf("binding committed by the other store: %+v, %v", bd, err)
 	}
-	if err := a.read.Close(); err != nil { // no read can reach the database now
+	if err := a.readDB.Close(); err != nil { // no read can reach the database now
 		t.Fatal(err)
 	}
 	if actor, err := a.ActorForToken(ctx, hash); err != nil || actor != "alice" {
@@ -93,7 +93,7 @@ func TestGetBatchEndedRemembered(t *testing.T) {
 	if _, err := a.GetBatch(ctx, "bob", id); intent.ErrorCode(err) != intent.ENotFound {
 		t.Errorf("another actor's read: %v, want not found", err)
 	}
-	if err := a.read.Close(); err != nil { // no read can reach the database now
+	if err := a.readDB.Close(); err != nil { // no read can reach the database now
 		t.Fatal(err)
 	}
 	if got, err := a.GetBatch(ctx, "alice", id); err != nil || got != want {
@@ -108,7 +108,7 @@ func TestGetBatchEndedRemembered(t *testing.T) {
 	if got, err := c.GetBatch(ctx, "alice", id); err != nil || got != want {
 		t.Fatalf("first read of the ended batch:\n got %+v, %v\nwant %+v", got, err, want)
 	}
-	if err := c.read.Close(); err != nil {
+	if err := c.readDB.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := c.GetBatch(ctx, "alice", id); err != nil || got != want {

@@ -124,7 +124,7 @@ func TestCommitCanceledAtBeginKeepsNoLock(t *testing.T) {
 	failed := 0
 	for i := 0; i < 2000; i++ {
 		lc := &lateCtx{Context: ctx, spin: time.Duration(i%40) * 2 * time.Microsecond}
-		if err := inWriteTx(lc, s.write, func(*writeTx) error { return nil }); err == nil {
+		if err := s.write(lc, func(*tx) error { return nil }); err == nil {
 			continue
 		}
 		failed++
@@ -132,7 +132,7 @@ func TestCommitCanceledAtBeginKeepsNoLock(t *testing.T) {
 			t.Fatalf("round %d: after a commit canceled at its BEGIN, another writer: %v", i, err)
 		}
 	}
-	if err := inWriteTx(ctx, s.write, func(*writeTx) error { return nil }); err != nil {
+	if err := s.write(ctx, func(*tx) error { return nil }); err != nil {
 		t.Fatalf("the store's next commit: %v", err)
 	}
 	t.Logf("%d of 2000 commits answered the context's end", failed)
@@ -163,18 +163,18 @@ func TestDroppedConnectionsAreClosed(t *testing.T) {
 		}
 		return n
 	}
-	if err := inWriteTx(ctx, s.write, func(*writeTx) error { return nil }); err != nil {
+	if err := s.write(ctx, func(*tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	before := open()
 	for i := 0; i < 20; i++ {
 		c, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
-		_, err := s.write.ExecContext(c, `WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM r WHERE x < 100000000) SELECT count(*) FROM r`)
+		_, err := s.writeDB.ExecContext(c, `WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM r WHERE x < 100000000) SELECT count(*) FROM r`)
 		cancel()
 		if err == nil {
 			t.Fatal("a 100M-row query was not canceled")
 		}
-		if err := inWriteTx(ctx, s.write, func(*writeTx) error { return nil }); err != nil {
+		if err := s.write(ctx, func(*tx) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}

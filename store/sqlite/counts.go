@@ -12,9 +12,11 @@ import (
 // over tasks.
 func (s *Store) CountTasks(ctx context.Context) (intent.Counts, error) {
 	var c intent.Counts
-	err := s.read.QueryRowContext(ctx, `SELECT COALESCE(SUM(queued), 0), COALESCE(SUM(running), 0),
+	err := s.read(ctx, func(t *tx) error {
+		return t.queryRow(`SELECT COALESCE(SUM(queued), 0), COALESCE(SUM(running), 0),
 		COALESCE(SUM(succeeded), 0), COALESCE(SUM(failed), 0), COALESCE(SUM(canceled), 0) FROM batches`).
-		Scan(&c.Queued, &c.Running, &c.Succeeded, &c.Failed, &c.Canceled)
+			Scan(&c.Queued, &c.Running, &c.Succeeded, &c.Failed, &c.Canceled)
+	})
 	if err != nil {
 		return intent.Counts{}, fmt.Errorf("count tasks: %w", err)
 	}

@@ -20,31 +20,14 @@ func (s *Store) LookupIntent(ctx context.Context, actor, requestID string) (inte
 	}
 	b := intent.Binding{Actor: actor, RequestID: requestID}
 	var created int64
-	if err := readRow(pointRead(ctx), s.read, lookupIntentSQL, []any{actor, requestID},
-		&b.Operation, &b.Fingerprint, &b.ResourceID, &created); err != nil {
+	if err := s.read(ctx, func(t *tx) error {
+		return t.queryRow(lookupIntentSQL, actor, requestID).Scan(&b.Operation, &b.Fingerprint, &b.ResourceID, &created)
+	}); err != nil {
 		return intent.Binding{}, interpret(err)
 	}
 	b.CreatedAt = fromMS(created)
 	s.bindings.Add(bindingKey{actor, requestID}, b)
 	return b, nil
-}
-
-// pointRead is the context of a read of one row by its key on the read
-// pool: ctx without its cancellation. Such a read takes microseconds and
-// does not wait for writers (a WAL reader's only wait, on a recovery of
-// the WAL index, is bounded by busy_timeout), while a
-// cancellable context costs it a goroutine of the driver's, watching the
-// context for the read's length; the request path makes three such
-// reads. ctx's values stay.
-func pointRead(ctx context.Context) context.Context {
-	if ctx.Done() == nil {
-		return ctx
-	}
-	return context.WithoutCancel(ctx)
-}
-
-type queryer interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 const lookupIntentSQL = `SELECT operation, fingerprint, resource_id, created_at
@@ -60,21 +43,21 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 	now := ms(b.CreatedAt)
 	var found intent.Binding
 	created := false
-	err := inWriteTx(ctx, s.write, func(tx *writeTx) error {
+	err := s.write(ctx, func(t *tx) error {
 		// The check inside the transaction: the guarantee. The write lock
 		// is held from BEGIN IMMEDIATE on, so no other writer can bind the
 		// id between this insert and the rest of the tree. The insert is
 		// the check: it writes nothing when the id is bound already, and
 		// then the binding found is the answer (a replay or a conflict)
 		// and nothing else is written.
-		n, err := tx.exec(bindIntentSQL, b.Actor, b.RequestID, b.Operation, b.Fingerprint, b.ResourceID, now)
+		n, err := t.exec(bindIntentSQL, b.Actor, b.RequestID, b.Operation, b.Fingerprint, b.ResourceID, now)
 		if err != nil {
 			return fmt.Errorf("bind: %w", interpret(err))
 		}
 		if n == 0 {
 			found = intent.Binding{Actor: b.Actor, RequestID: b.RequestID}
 			var at int64
-			if err := tx.queryRow(lookupIntentSQL, []any{b.Actor, b.RequestID},
+			if err := t.queryRow(lookupIntentSQL, b.Actor, b.RequestID).Scan(
 				&found.Operation, &found.Fingerprint, &found.ResourceID, &at); err != nil {
 				return fmt.Errorf("check binding: %w", interpret(err))
 			}
@@ -83,9 +66,9 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 		}
 		created = true
 		if in.Batch != nil {
-			return insertBatch(tx, b, in.Batch)
+			return insertBatch(t, b, in.Batch)
 		}
-		return insertPublication(tx, b, in.Publication)
+		return insertPublication(t, b, in.Publication)
 	})
 	if err != nil {
 		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
@@ -113,10 +96,10 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 // statement execution (the last execution takes the rest): the driver's
 // cost per execution, not SQLite's per row, is most of a small tree's
 // commit.
-func insertBatch(tx *writeTx, b intent.Binding, nb *intent.NewBatch) error {
+func insertBatch(t *tx, b intent.Binding, nb *intent.NewBatch) error {
 	now := ms(nb.CreatedAt)
 	n := len(nb.Tasks)
-	if _, err := tx.exec(insertBatchSQL, nb.ID, b.Actor, b.RequestID, nb.Prompt, nb.Spec, n, n, now, now); err != nil {
+	if _, err := t.exec(insertBatchSQL, nb.ID, b.Actor, b.RequestID, nb.Prompt, nb.Spec, n, n, now, now); err != nil {
 		return fmt.Errorf("insert batch: %w", interpret(err))
 	}
 	args := make([]any, 0, 3+taskRowValues*min(n, taskChunk))
@@ -124,10 +107,10 @@ func insertBatch(tx *writeTx, b intent.Binding, nb *intent.NewBatch) error {
 		hi := min(lo+taskChunk, n)
 		args = append(args[:0], nb.ID, b.Actor, now)
 		for j := lo; j < hi; j++ {
-			t := &nb.Tasks[j]
-			args = append(args, t.ID, t.Collection, t.Frame, t.Generator, int64(t.Candidate))
+			tk := &nb.Tasks[j]
+			args = append(args, tk.ID, tk.Collection, tk.Frame, tk.Generator, int64(tk.Candidate))
 		}
-		if _, err := tx.exec(taskInsertSQLs()[hi-lo], args...); err != nil {
+		if _, err := t.exec(taskInsertSQLs()[hi-lo], args...); err != nil {
 			return fmt.Errorf("insert tasks %d..%d: %w", lo, hi-1, interpret(err))
 		}
 	}
@@ -141,18 +124,6 @@ const (
 	movingColumns = `queued, running, succeeded, failed, canceled, started, updated_at`
 	batchColumns  = `id, actor, request_id, prompt, task_count, created_at, ` + movingColumns
 )
-
-type scanner interface{ Scan(dest ...any) error }
-
-// rowReader is the row of a point read on the read pool (readRow).
-type rowReader struct {
-	ctx  context.Context
-	db   *sql.DB
-	q    string
-	args []any
-}
-
-func (r rowReader) Scan(dest ...any) error { return readRow(r.ctx, r.db, r.q, r.args, dest...) }
 
 func scanBatch(r scanner) (intent.Batch, error) {
 	var b intent.Batch
@@ -187,7 +158,11 @@ func (m moving) apply(b *intent.Batch) {
 func (s *Store) GetBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
 	h, ok := s.heads.Get(id)
 	if !ok || h.actor != actor {
-		b, err := scanBatch(rowReader{pointRead(ctx), s.read, getBatchSQL, []any{id, actor}})
+		var b intent.Batch
+		err := s.read(ctx, func(t *tx) (err error) {
+			b, err = scanBatch(t.queryRow(getBatchSQL, id, actor))
+			return err
+		})
 		if err != nil {
 			return intent.Batch{}, interpret(err)
 		}
@@ -198,7 +173,7 @@ func (s *Store) GetBatch(ctx context.Context, actor, id string) (intent.Batch, e
 		return *h.ended, nil
 	}
 	var m moving
-	if err := readRow(pointRead(ctx), s.read, getCountsSQL, []any{id, actor}, m.dest()...); err != nil {
+	if err := s.read(ctx, func(t *tx) error { return t.queryRow(getCountsSQL, id, actor).Scan(m.dest()...) }); err != nil {
 		return intent.Batch{}, interpret(err)
 	}
 	b := h.batch(id, m)
@@ -214,8 +189,8 @@ const getCountsSQL = `SELECT ` + movingColumns + ` FROM batches WHERE id = ? AND
 
 const getBatchSQL = `SELECT ` + batchColumns + ` FROM batches WHERE id = ? AND actor = ?`
 
-func getBatch(ctx context.Context, q queryer, actor, id string) (intent.Batch, error) {
-	b, err := scanBatch(q.QueryRowContext(ctx, getBatchSQL, id, actor))
+func getBatch(t *tx, actor, id string) (intent.Batch, error) {
+	b, err := scanBatch(t.queryRow(getBatchSQL, id, actor))
 	if err != nil {
 		return intent.Batch{}, interpret(err)
 	}
@@ -224,7 +199,7 @@ func getBatch(ctx context.Context, q queryer, actor, id string) (intent.Batch, e
 
 // ListBatches pages the actor's batches, newest first.
 func (s *Store) ListBatches(ctx context.Context, p store.ListParams) ([]intent.Batch, error) {
-	out, err := pageNewestFirst(ctx, s.read, `SELECT `+batchColumns+` FROM batches`, p, scanBatch)
+	out, err := pageNewestFirst(ctx, s, `SELECT `+batchColumns+` FROM batches`, p, scanBatch)
 	if err != nil {
 		return nil, fmt.Errorf("list batches: %w", err)
 	}
@@ -256,15 +231,6 @@ var taskStates = []intent.State{intent.StateQueued, intent.StateRunning, intent.
 
 // ListTasks pages one of the actor's batch's tasks in plan order.
 func (s *Store) ListTasks(ctx context.Context, batchID string, p store.ListParams) ([]intent.Task, error) {
-	tx, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, fmt.Errorf("list tasks: %w", err)
-	}
-	defer tx.Rollback()
-	var one int
-	if err := tx.QueryRowContext(ctx, `SELECT 1 FROM batches WHERE id = ? AND actor = ?`, batchID, p.Actor).Scan(&one); err != nil {
-		return nil, interpret(err)
-	}
 	// One index serves both listings, tasks_by_batch_state (batch_id,
 	// state, id): a state's tasks in id order, or every state's merged in
 	// id order (a compound SELECT of one ordered range per state, which
@@ -284,70 +250,72 @@ func (s *Store) ListTasks(ctx context.Context, batchID string, p store.ListParam
 	}
 	q.WriteString(` ORDER BY id LIMIT ?`)
 	args = append(args, p.Limit)
-	rows, err := tx.QueryContext(ctx, q.String(), args...)
+	var out []intent.Task
+	err := s.read(ctx, func(t *tx) error {
+		var one int
+		if err := t.queryRow(`SELECT 1 FROM batches WHERE id = ? AND actor = ?`, batchID, p.Actor).Scan(&one); err != nil {
+			return interpret(err)
+		}
+		var err error
+		out, err = collect(t, scanTask, q.String(), args...)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
 	}
-	defer rows.Close()
-	var out []intent.Task
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list tasks: %w", err)
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // CancelBatch cancels the queued tasks now and asks running ones to stop.
 func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
-	tx, err := s.write.BeginTx(ctx, nil)
+	var b intent.Batch
+	err := s.write(ctx, func(t *tx) error {
+		var err error
+		if b, err = getBatch(t, actor, id); err != nil {
+			return err
+		}
+		if b.Counts.Queued+b.Counts.Running == 0 {
+			return nil // ended: nothing changes
+		}
+		now := ms(s.now())
+		n, err := t.exec(`UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?,
+			change_seq = `+nextChangeSQL+` WHERE batch_id = ? AND state = 'queued'`, now, id)
+		if err != nil {
+			return err
+		}
+		if _, err := t.exec(`UPDATE batches SET queued = queued - ?, canceled = canceled + ?,
+			cancel_requested = 1, updated_at = ? WHERE id = ?`, n, n, now, id); err != nil {
+			return err
+		}
+		t.afterCommit(func() { s.wake.Publish(store.CancelWakes(id)...) })
+		b, err = getBatch(t, actor, id)
+		return err
+	})
 	if err != nil {
 		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
 	}
-	defer tx.Rollback()
-	b, err := getBatch(ctx, tx, actor, id)
-	if err != nil {
-		return intent.Batch{}, err
-	}
-	if b.Counts.Queued+b.Counts.Running == 0 {
-		return b, nil // ended: nothing changes
-	}
-	now := ms(s.now())
-	res, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?,
-		change_seq = `+nextChangeSQL+` WHERE batch_id = ? AND state = 'queued'`, now, id)
-	if err != nil {
-		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE batches SET queued = queued - ?, canceled = canceled + ?,
-		cancel_requested = 1, updated_at = ? WHERE id = ?`, n, n, now, id); err != nil {
-		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
-	}
-	b, err = getBatch(ctx, tx, actor, id)
-	if err != nil {
-		return intent.Batch{}, err
-	}
-	if err := tx.Commit(); err != nil {
-		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
-	}
-	s.wake.Publish(store.CancelWakes(id)...)
 	return b, nil
 }
 
 // GetAsset reads one of the actor's assets.
 func (s *Store) GetAsset(ctx context.Context, actor, id string) (intent.Asset, error) {
 	var a intent.Asset
+	err := s.read(ctx, func(t *tx) (err error) {
+		a, err = scanAsset(t.queryRow(`SELECT `+assetColumns+` FROM assets WHERE id = ? AND actor = ?`, id, actor))
+		return err
+	})
+	return a, err
+}
+
+// assetColumns are what scanAsset reads of an asset.
+const assetColumns = `id, actor, task_id, sha256, content_type, size, width, height, created_at`
+
+// scanAsset reads an asset (assetColumns); ENotFound when there is none.
+func scanAsset(r scanner) (intent.Asset, error) {
+	var a intent.Asset
 	var task sql.NullString
 	var created int64
-	err := s.read.QueryRowContext(ctx, `SELECT id, actor, task_id, sha256, content_type, size, width, height, created_at
-		FROM assets WHERE id = ? AND actor = ?`, id, actor).
-		Scan(&a.ID, &a.Actor, &task, &a.SHA256, &a.ContentType, &a.Size, &a.Width, &a.Height, &created)
-	if err != nil {
+	if err := r.Scan(&a.ID, &a.Actor, &task, &a.SHA256, &a.ContentType, &a.Size, &a.Width, &a.Height, &created); err != nil {
 		return intent.Asset{}, interpret(err)
 	}
 	if task.Valid {
@@ -359,8 +327,10 @@ func (s *Store) GetAsset(ctx context.Context, actor, id string) (intent.Asset, e
 
 // CreateToken stores a token hash for an actor.
 func (s *Store) CreateToken(ctx context.Context, actor, tokenHash string) error {
-	_, err := s.write.ExecContext(ctx, `INSERT INTO tokens (hash, actor, created_at) VALUES (?, ?, ?)`,
-		tokenHash, actor, ms(s.now()))
+	err := s.write(ctx, func(t *tx) error {
+		_, err := t.exec(`INSERT INTO tokens (hash, actor, created_at) VALUES (?, ?, ?)`, tokenHash, actor, ms(s.now()))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("create token: %w", interpret(err))
 	}
@@ -375,7 +345,9 @@ func (s *Store) ActorForToken(ctx context.Context, tokenHash string) (string, er
 		return actor, nil
 	}
 	var actor string
-	if err := readRow(pointRead(ctx), s.read, `SELECT actor FROM tokens WHERE hash = ?`, []any{tokenHash}, &actor); err != nil {
+	if err := s.read(ctx, func(t *tx) error {
+		return t.queryRow(`SELECT actor FROM tokens WHERE hash = ?`, tokenHash).Scan(&actor)
+	}); err != nil {
 		return "", interpret(err)
 	}
 	s.tokens.Add(tokenHash, actor)
@@ -385,7 +357,7 @@ func (s *Store) ActorForToken(ctx context.Context, tokenHash string) (string, er
 // CountTokens counts stored tokens.
 func (s *Store) CountTokens(ctx context.Context) (int, error) {
 	var n int
-	if err := s.read.QueryRowContext(ctx, `SELECT COUNT(*) FROM tokens`).Scan(&n); err != nil {
+	if err := s.read(ctx, func(t *tx) error { return t.queryRow(`SELECT COUNT(*) FROM tokens`).Scan(&n) }); err != nil {
 		return 0, fmt.Errorf("count tokens: %w", err)
 	}
 	return n, nil
@@ -394,14 +366,14 @@ func (s *Store) CountTokens(ctx context.Context) (int, error) {
 // CreateTokenIfNone stores the first token; the IMMEDIATE transaction makes
 // the count and the insert one step.
 func (s *Store) CreateTokenIfNone(ctx context.Context, actor, tokenHash string) (bool, error) {
-	res, err := s.write.ExecContext(ctx, `INSERT INTO tokens (hash, actor, created_at)
-		SELECT ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM tokens)`, tokenHash, actor, ms(s.now()))
+	var n int64
+	err := s.write(ctx, func(t *tx) (err error) {
+		n, err = t.exec(`INSERT INTO tokens (hash, actor, created_at)
+			SELECT ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM tokens)`, tokenHash, actor, ms(s.now()))
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("create first token: %w", interpret(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("create first token: %w", err)
 	}
 	return n == 1, nil
 }

@@ -35,13 +35,13 @@ const insertItemSQL = `INSERT INTO publication_items (id, publication_id, asset_
 // transaction. The inserts select from the actor's batch and its assets, so
 // the rule the service checked before the transaction (every asset was
 // made by the actor's batch) holds in it too.
-func insertPublication(tx *writeTx, b intent.Binding, np *intent.NewPublication) error {
+func insertPublication(t *tx, b intent.Binding, np *intent.NewPublication) error {
 	now := ms(np.CreatedAt)
 	n := len(np.Items)
 	if n == 0 {
 		return errors.New("insert publication: no items")
 	}
-	k, err := tx.exec(`INSERT INTO publications (id, actor, request_id, batch_id, channel, item_count, queued, created_at, updated_at)
+	k, err := t.exec(`INSERT INTO publications (id, actor, request_id, batch_id, channel, item_count, queued, created_at, updated_at)
 		SELECT ?, ?, ?, id, ?, ?, ?, ?, ? FROM batches WHERE id = ? AND actor = ?`,
 		np.ID, b.Actor, b.RequestID, np.Channel, n, n, now, now, np.BatchID, b.Actor)
 	if err != nil {
@@ -55,7 +55,7 @@ func insertPublication(tx *writeTx, b intent.Binding, np *intent.NewPublication)
 	// tasks instead (which made each insert scan the whole batch).
 	for i := range np.Items {
 		it := &np.Items[i]
-		k, err := tx.exec(insertItemSQL, it.ID, np.ID, now, now, it.AssetID, b.Actor, np.BatchID)
+		k, err := t.exec(insertItemSQL, it.ID, np.ID, now, now, it.AssetID, b.Actor, np.BatchID)
 		if err != nil {
 			return fmt.Errorf("insert item %d: %w", i, interpret(err))
 		}
@@ -74,40 +74,32 @@ func (s *Store) CheckPublicationAssets(ctx context.Context, actor, batchID strin
 	if err != nil {
 		return out, fmt.Errorf("check publication assets: %w", err)
 	}
-	tx, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	err = s.read(ctx, func(t *tx) error {
+		if err := t.queryRow(`SELECT EXISTS (SELECT 1 FROM batches WHERE id = ? AND actor = ?)`, batchID, actor).
+			Scan(&out.BatchFound); err != nil {
+			return err
+		}
+		if !out.BatchFound {
+			return nil
+		}
+		ours, err := collect(t, func(r scanner) (id string, err error) { return id, r.Scan(&id) },
+			`SELECT a.id FROM assets a JOIN tasks t ON t.id = a.task_id
+			WHERE a.id IN (SELECT value FROM json_each(?)) AND a.actor = ? AND t.batch_id = ?`, string(ids), actor, batchID)
+		if err != nil {
+			return err
+		}
+		for _, id := range assetIDs {
+			if !slices.Contains(ours, id) {
+				out.Foreign = append(out.Foreign, id)
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return out, fmt.Errorf("check publication assets: %w", err)
-	}
-	defer tx.Rollback()
-	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM batches WHERE id = ? AND actor = ?)`, batchID, actor).
-		Scan(&out.BatchFound); err != nil {
-		return out, fmt.Errorf("check publication assets: %w", err)
+		return intent.PublicationCheck{}, fmt.Errorf("check publication assets: %w", err)
 	}
 	if !out.BatchFound {
 		out.Foreign = slices.Clone(assetIDs)
-		return out, nil
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT a.id FROM assets a JOIN tasks t ON t.id = a.task_id
-		WHERE a.id IN (SELECT value FROM json_each(?)) AND a.actor = ? AND t.batch_id = ?`, string(ids), actor, batchID)
-	if err != nil {
-		return out, fmt.Errorf("check publication assets: %w", err)
-	}
-	defer rows.Close()
-	ours := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return out, fmt.Errorf("check publication assets: %w", err)
-		}
-		ours[id] = true
-	}
-	if err := rows.Err(); err != nil {
-		return out, fmt.Errorf("check publication assets: %w", err)
-	}
-	for _, id := range assetIDs {
-		if !ours[id] {
-			out.Foreign = append(out.Foreign, id)
-		}
 	}
 	return out, nil
 }
@@ -116,7 +108,11 @@ const publicationColumns = `id, actor, request_id, batch_id, channel, item_count
 
 // GetPublication reads one of the actor's publications.
 func (s *Store) GetPublication(ctx context.Context, actor, id string) (intent.Publication, error) {
-	p, err := scanPublication(s.read.QueryRowContext(ctx, `SELECT `+publicationColumns+` FROM publications WHERE id = ? AND actor = ?`, id, actor))
+	var p intent.Publication
+	err := s.read(ctx, func(t *tx) (err error) {
+		p, err = scanPublication(t.queryRow(`SELECT `+publicationColumns+` FROM publications WHERE id = ? AND actor = ?`, id, actor))
+		return err
+	})
 	if err != nil {
 		return intent.Publication{}, interpret(err)
 	}
@@ -163,68 +159,27 @@ func scanItem(r scanner) (store.PublicationItem, error) {
 	return it, nil
 }
 
-type rowsQueryer interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-func queryItems(ctx context.Context, q rowsQueryer, where string, args ...any) ([]store.PublicationItem, error) {
-	rows, err := q.QueryContext(ctx, `SELECT `+itemColumns+itemFrom+` WHERE `+where+` ORDER BY i.id`, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.PublicationItem
-	for rows.Next() {
-		it, err := scanItem(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, it)
-	}
-	return out, rows.Err()
+func queryItems(t *tx, where string, args ...any) ([]store.PublicationItem, error) {
+	return collect(t, scanItem, `SELECT `+itemColumns+itemFrom+` WHERE `+where+` ORDER BY i.id`, args...)
 }
 
 // PublicationItems lists a publication's items in asset order (their ids
 // were drawn in that order).
 func (s *Store) PublicationItems(ctx context.Context, publicationID string) ([]store.PublicationItem, error) {
-	items, err := queryItems(ctx, s.read, `i.publication_id = ?`, publicationID)
+	var items []store.PublicationItem
+	err := s.read(ctx, func(t *tx) (err error) {
+		items, err = queryItems(t, `i.publication_id = ?`, publicationID)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("publication items: %w", err)
 	}
 	return items, nil
 }
 
-// itemTx is one write transaction of the item methods: a taskTx (its
-// clocks; its batch counts stay untouched) and the publications' counts.
-type itemTx struct {
-	*taskTx
-	pubs store.CountDeltas
-}
-
-func (s *Store) beginItems(ctx context.Context) (*itemTx, error) {
-	t, err := s.beginTask(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &itemTx{taskTx: t, pubs: store.CountDeltas{}}, nil
-}
-
-// commit writes the publications' new counts, in id order, and commits.
-func (t *itemTx) commit(ctx context.Context) error {
-	for _, id := range t.pubs.IDs() {
-		d := t.pubs[id]
-		if _, err := t.tx.ExecContext(ctx, `UPDATE publications SET queued = queued + ?, running = running + ?,
-			succeeded = succeeded + ?, failed = failed + ?, started = MAX(started, ?), updated_at = ? WHERE id = ?`,
-			d.Queued, d.Running, d.Succeeded, d.Failed, d.Started, t.wall, id); err != nil {
-			return fmt.Errorf("update counts of publication %s: %w", id, err)
-		}
-	}
-	if err := t.taskTx.commit(ctx); err != nil {
-		return err
-	}
-	t.s.wake.Publish(store.ItemWakes(t.pubs, t.retryAt)...)
-	return nil
-}
+// updatePublicationCountsSQL moves a publication's counts (leaseWrite).
+const updatePublicationCountsSQL = `UPDATE publications SET queued = queued + ?, running = running + ?,
+	succeeded = succeeded + ?, failed = failed + ?, started = MAX(started, ?), updated_at = ? WHERE id = ?`
 
 // ClaimItems leases items: expired leases first (failed instead when out
 // of attempts), then queued items, oldest first. Each claim is one UPDATE
@@ -233,24 +188,32 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 	if p.Owner == "" || p.Limit < 1 || p.TTL <= 0 {
 		return nil, fmt.Errorf("claim items: need an owner, a limit >= 1 and a ttl > 0")
 	}
-	t, err := s.beginItems(ctx)
+	var out []store.ClaimedItem
+	err := s.leaseWrite(ctx, func(t *leaseTx) (err error) {
+		out, err = t.claimItems(p)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("claim items: %w", err)
 	}
-	defer t.rollback()
+	return out, nil
+}
+
+// claimItems is ClaimItems in t.
+func (t *leaseTx) claimItems(p store.ClaimParams) ([]store.ClaimedItem, error) {
 	expires := t.now + ttlMS(p.TTL)
 	if p.MaxAttempts > 0 {
-		rows, err := t.tx.QueryContext(ctx, `UPDATE publication_items SET state = 'failed',
+		rows, err := t.query(`UPDATE publication_items SET state = 'failed',
 			error = 'attempt ' || attempts || ': the lease expired (the worker stopped or crashed); no attempts left',
 			lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
 			WHERE state = 'running' AND lease_expires_at <= ? AND attempts - released >= ?
 			RETURNING publication_id`, t.wall, t.now, p.MaxAttempts)
 		if err != nil {
-			return nil, fmt.Errorf("claim items: fail expired: %w", err)
+			return nil, fmt.Errorf("fail expired: %w", err)
 		}
 		pubs, err := scanStrings(rows)
 		if err != nil {
-			return nil, fmt.Errorf("claim items: fail expired: %w", err)
+			return nil, fmt.Errorf("fail expired: %w", err)
 		}
 		for _, id := range pubs {
 			t.pubs.Of(id).Move(intent.StateRunning, intent.StateFailed)
@@ -265,8 +228,7 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 	}
 	var claims []claim
 	take := func(query string, wasQueued bool, n int) error {
-		rows, err := t.tx.QueryContext(ctx, query, sql.Named("owner", p.Owner), sql.Named("expires", expires),
-			sql.Named("wall", t.wall), sql.Named("now", t.now), sql.Named("n", n))
+		rows, err := t.query(query, p.Owner, expires, t.wall, t.now, n)
 		if err != nil {
 			return err
 		}
@@ -280,21 +242,22 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 		}
 		return rows.Err()
 	}
+	// Parameters: owner, expires, wall, now, n.
 	const set = `SET state = 'running', fence = fence + 1, attempts = attempts + 1,
-		lease_owner = :owner, lease_expires_at = :expires, updated_at = :wall`
+		lease_owner = ?1, lease_expires_at = ?2, updated_at = ?3`
 	const returning = ` RETURNING id, publication_id, fence, attempts, lease_expires_at`
 	if err := take(`UPDATE publication_items `+set+` WHERE id IN (SELECT id FROM publication_items
-		WHERE state = 'running' AND lease_expires_at <= :now ORDER BY lease_expires_at, id LIMIT :n)`+returning, false, p.Limit); err != nil {
-		return nil, fmt.Errorf("claim items: reclaim expired: %w", err)
+		WHERE state = 'running' AND lease_expires_at <= ?4 ORDER BY lease_expires_at, id LIMIT ?5)`+returning, false, p.Limit); err != nil {
+		return nil, fmt.Errorf("reclaim expired: %w", err)
 	}
 	if n := p.Limit - len(claims); n > 0 {
 		if err := take(`UPDATE publication_items `+set+` WHERE id IN (SELECT id FROM publication_items
-			WHERE state = 'queued' AND run_after <= :now ORDER BY id LIMIT :n)`+returning, true, n); err != nil {
-			return nil, fmt.Errorf("claim items: %w", err)
+			WHERE state = 'queued' AND run_after <= ?4 ORDER BY id LIMIT ?5)`+returning, true, n); err != nil {
+			return nil, err
 		}
 	}
 	if len(claims) == 0 {
-		return nil, t.commit(ctx)
+		return nil, nil
 	}
 	ids := make([]string, len(claims))
 	for i, c := range claims {
@@ -305,11 +268,11 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 	}
 	idsJSON, err := json.Marshal(ids)
 	if err != nil {
-		return nil, fmt.Errorf("claim items: %w", err)
+		return nil, err
 	}
-	items, err := queryItems(ctx, t.tx, `i.id IN (SELECT value FROM json_each(?))`, string(idsJSON))
+	items, err := queryItems(t.tx, `i.id IN (SELECT value FROM json_each(?))`, string(idsJSON))
 	if err != nil {
-		return nil, fmt.Errorf("claim items: read items: %w", err)
+		return nil, fmt.Errorf("read items: %w", err)
 	}
 	byID := make(map[string]store.PublicationItem, len(items))
 	for _, it := range items {
@@ -324,13 +287,10 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.Cl
 			ExpiresAt:       fromMS(c.expires),
 		}
 	}
-	if err := t.commit(ctx); err != nil {
-		return nil, fmt.Errorf("claim items: commit: %w", err)
-	}
 	return out, nil
 }
 
-func scanStrings(rows *sql.Rows) ([]string, error) {
+func scanStrings(rows *rows) ([]string, error) {
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
@@ -352,30 +312,23 @@ func (s *Store) RenewItemLeases(ctx context.Context, p store.ItemRenewParams) (s
 	if len(p.Leases) == 0 {
 		return res, nil
 	}
-	t, err := s.beginItems(ctx)
-	if err != nil {
-		return res, fmt.Errorf("renew item leases: %w", err)
-	}
-	defer t.rollback()
-	expires := t.now + ttlMS(p.TTL)
-	stmt, err := t.tx.PrepareContext(ctx, `UPDATE publication_items SET lease_expires_at = ? WHERE `+itemLive+` AND lease_owner = ?`)
-	if err != nil {
-		return res, fmt.Errorf("renew item leases: %w", err)
-	}
-	defer stmt.Close()
-	for _, l := range p.Leases {
-		r, err := stmt.ExecContext(ctx, expires, l.ItemID, l.Fence, t.now, p.Owner)
-		if err != nil {
-			return store.ItemRenewResult{}, fmt.Errorf("renew lease of item %s: %w", l.ItemID, err)
+	var expires int64
+	err := s.leaseWrite(ctx, func(t *leaseTx) error {
+		expires = t.now + ttlMS(p.TTL)
+		for _, l := range p.Leases {
+			n, err := t.exec(`UPDATE publication_items SET lease_expires_at = ? WHERE `+itemLive+` AND lease_owner = ?`,
+				expires, l.ItemID, l.Fence, t.now, p.Owner)
+			if err != nil {
+				return fmt.Errorf("renew lease of item %s: %w", l.ItemID, err)
+			}
+			if n == 0 {
+				res.Lost = append(res.Lost, l.ItemID)
+			}
 		}
-		if n, err := r.RowsAffected(); err != nil {
-			return store.ItemRenewResult{}, fmt.Errorf("renew lease of item %s: %w", l.ItemID, err)
-		} else if n == 0 {
-			res.Lost = append(res.Lost, l.ItemID)
-		}
-	}
-	if err := t.commit(ctx); err != nil {
-		return store.ItemRenewResult{}, fmt.Errorf("renew item leases: commit: %w", err)
+		return nil
+	})
+	if err != nil {
+		return store.ItemRenewResult{}, fmt.Errorf("renew item leases: %w", err)
 	}
 	res.ExpiresAt = fromMS(expires)
 	return res, nil
@@ -401,31 +354,24 @@ func (s *Store) endItems(ctx context.Context, what string, leases []store.ItemLe
 	if len(leases) == 0 {
 		return nil, nil
 	}
-	t, err := s.beginItems(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	defer t.rollback()
-	stmt, err := t.tx.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	defer stmt.Close()
 	out := make([]error, len(leases))
-	for i, l := range leases {
-		var pub string
-		err := stmt.QueryRowContext(ctx, t.wall, l.ItemID, l.Fence, t.now).Scan(&pub)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			out[i] = store.ErrLeaseLost
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("%s: item %s: %w", what, l.ItemID, err)
+	err := s.leaseWrite(ctx, func(t *leaseTx) error {
+		for i, l := range leases {
+			var pub string
+			err := t.queryRow(query, t.wall, l.ItemID, l.Fence, t.now).Scan(&pub)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				out[i] = store.ErrLeaseLost
+				continue
+			case err != nil:
+				return fmt.Errorf("item %s: %w", l.ItemID, err)
+			}
+			move(t.pubs.Of(pub))
 		}
-		move(t.pubs.Of(pub))
-	}
-	if err := t.commit(ctx); err != nil {
-		return nil, fmt.Errorf("%s: commit: %w", what, err)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }
@@ -433,32 +379,34 @@ func (s *Store) endItems(ctx context.Context, what string, leases []store.ItemLe
 // FailItem ends a failed attempt: queued again after the backoff, or
 // failed.
 func (s *Store) FailItem(ctx context.Context, f store.ItemFailure) (intent.State, error) {
-	t, err := s.beginItems(ctx)
+	var state intent.State
+	err := s.leaseWrite(ctx, func(t *leaseTx) error {
+		var pub string
+		var used int
+		err := t.queryRow(`SELECT publication_id, attempts - released FROM publication_items WHERE `+itemLive,
+			f.ItemID, f.Fence, t.now).Scan(&pub, &used)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return store.ErrLeaseLost
+		case err != nil:
+			return fmt.Errorf("fail item %s: %w", f.ItemID, err)
+		}
+		state = store.StateAfterFailure(false, f.Permanent, used, f.MaxAttempts)
+		runAfter := t.now + max(ttlMS(f.Backoff), 0)
+		if _, err := t.exec(`UPDATE publication_items SET state = ?, error = ?, run_after = ?,
+			lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE `+itemLive,
+			state, f.Error, runAfter, t.wall, f.ItemID, f.Fence, t.now); err != nil {
+			return fmt.Errorf("fail item %s: %w", f.ItemID, err)
+		}
+		t.pubs.Of(pub).Move(intent.StateRunning, state)
+		t.retryAt = time.Now().Add(f.Backoff)
+		return nil
+	})
+	if errors.Is(err, store.ErrLeaseLost) {
+		return "", store.ErrLeaseLost
+	}
 	if err != nil {
 		return "", fmt.Errorf("fail item: %w", err)
-	}
-	defer t.rollback()
-	var pub string
-	var used int
-	err = t.tx.QueryRowContext(ctx, `SELECT publication_id, attempts - released FROM publication_items WHERE `+itemLive,
-		f.ItemID, f.Fence, t.now).Scan(&pub, &used)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return "", store.ErrLeaseLost
-	case err != nil:
-		return "", fmt.Errorf("fail item %s: %w", f.ItemID, err)
-	}
-	state := store.StateAfterFailure(false, f.Permanent, used, f.MaxAttempts)
-	runAfter := t.now + max(ttlMS(f.Backoff), 0)
-	if _, err := t.tx.ExecContext(ctx, `UPDATE publication_items SET state = ?, error = ?, run_after = ?,
-		lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE `+itemLive,
-		state, f.Error, runAfter, t.wall, f.ItemID, f.Fence, t.now); err != nil {
-		return "", fmt.Errorf("fail item %s: %w", f.ItemID, err)
-	}
-	t.pubs.Of(pub).Move(intent.StateRunning, state)
-	t.retryAt = time.Now().Add(f.Backoff)
-	if err := t.commit(ctx); err != nil {
-		return "", fmt.Errorf("fail item: commit: %w", err)
 	}
 	return state, nil
 }

@@ -9,6 +9,13 @@
 // and a read-then-write inside it cannot be overtaken. Other processes on the
 // same file wait through busy_timeout. Reads use a separate pool of
 // read-only connections that WAL lets run beside the writer.
+//
+// Every method runs its SQL in one of two helpers (conn.go): s.write, an
+// IMMEDIATE transaction on the write connection, and s.read, a read
+// transaction on a read connection; both keep each statement prepared on
+// its connection. The lease methods (tasks and publication items) wrap
+// s.write in leaseWrite, which adds the database's clock and moves the
+// parents' counts before the commit.
 package sqlite
 
 import (
@@ -55,19 +62,17 @@ type Config struct {
 	ReadConns int
 	// WatchInterval is how often the store looks whether another process
 	// committed to the file (PRAGMA data_version), while anyone in this
-	// process listens on its hub (Wake);
-	// DefaultWatchInterval when zero, never when negative.
+	// process listens on its hub (Wake); DefaultWatchInterval when zero,
+	// never when negative.
 	WatchInterval time.Duration
 }
 
 // Store is a SQLite-backed store.Store.
 type Store struct {
-	write *sql.DB // exactly one connection; every write transaction is IMMEDIATE
-	read  *sql.DB // read-only connections
-	now   func() time.Time
-	path  string
-	// taskStmts are the worker statements, prepared at first use (tasks.go).
-	taskStmts taskStmts
+	writeDB *sql.DB // exactly one connection: s.write (conn.go)
+	readDB  *sql.DB // read-only connections: s.read
+	now     func() time.Time
+	path    string
 	// applied names the migrations Open applied.
 	applied []string
 	// bindings, tokens and heads remember what never changes once
@@ -127,14 +132,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		return "file:" + cfg.Path + "?" + q.Encode()
 	}
-	// The pools' connections are conns (conn.go): what inWriteTx
-	// prepares on the write one lives and goes with it.
+	// The pools' connections are conns (conn.go): the statements
+	// prepared on each live and go with it.
 	write := openDB(dsn() + "&_txlock=immediate")
 	write.SetMaxOpenConns(1)
 	write.SetMaxIdleConns(1)
 	write.SetConnMaxIdleTime(0)
 	write.SetConnMaxLifetime(0)
-	s := &Store{write: write, now: cfg.Now, path: cfg.Path,
+	s := &Store{writeDB: write, now: cfg.Now, path: cfg.Path,
 		bindings: memo.New[bindingKey, intent.Binding](cacheEntries), tokens: memo.New[string, string](cacheEntries),
 		heads: memo.New[string, batchHead](cacheEntries), wake: wake.New()}
 	if err := s.migrate(ctx); err != nil {
@@ -144,7 +149,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	read := openDB(dsn("query_only(1)"))
 	read.SetMaxOpenConns(cfg.ReadConns)
 	read.SetMaxIdleConns(cfg.ReadConns)
-	s.read = read
+	s.readDB = read
 	s.watchOthers(cfg.WatchInterval)
 	return s, nil
 }
@@ -153,10 +158,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 func (s *Store) Close() error {
 	s.wake.Close()
 	var errs []error
-	if s.read != nil {
-		errs = append(errs, s.read.Close())
+	if s.readDB != nil {
+		errs = append(errs, s.readDB.Close())
 	}
-	errs = append(errs, s.write.Close())
+	errs = append(errs, s.writeDB.Close())
 	return errors.Join(errs...)
 }
 
@@ -169,10 +174,10 @@ func (s *Store) WatchBatch(batchID string) (<-chan struct{}, func()) {
 // DB returns the write pool (one connection, IMMEDIATE transactions) for
 // code of this engine that keeps its own tables in the same file, such as
 // the lock store, and for benchmarks of bare statements.
-func (s *Store) DB() *sql.DB { return s.write }
+func (s *Store) DB() *sql.DB { return s.writeDB }
 
 // ReadDB returns the read-only pool.
-func (s *Store) ReadDB() *sql.DB { return s.read }
+func (s *Store) ReadDB() *sql.DB { return s.readDB }
 
 // Ping checks the database answers and every migration is applied.
 func (s *Store) Ping(ctx context.Context) error {
@@ -181,7 +186,9 @@ func (s *Store) Ping(ctx context.Context) error {
 		return err
 	}
 	var v int
-	if err := s.read.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v); err != nil {
+	if err := s.read(ctx, func(t *tx) error {
+		return t.queryRow(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v)
+	}); err != nil {
 		return fmt.Errorf("ping sqlite: %w", err)
 	}
 	if len(ms) > 0 && v < ms[len(ms)-1].Version {
@@ -197,10 +204,12 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.write.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	if err := s.write(ctx, func(t *tx) error {
+		return t.execScript(`CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INTEGER PRIMARY KEY,
 		name       TEXT NOT NULL,
-		applied_at INTEGER NOT NULL)`); err != nil {
+		applied_at INTEGER NOT NULL)`)
+	}); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	for _, m := range ms {
@@ -218,26 +227,26 @@ func (s *Store) migrate(ctx context.Context) error {
 // apply applies one migration unless it is applied already; it says
 // whether it did.
 func (s *Store) apply(ctx context.Context, m migrations.Migration) (bool, error) {
-	tx, err := s.write.BeginTx(ctx, nil)
-	if err != nil {
-		return false, err
-	}
-	defer tx.Rollback()
-	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, m.Version).Scan(&n); err != nil {
-		return false, err
-	}
-	if n > 0 {
-		return false, nil
-	}
-	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-		return false, err
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-		m.Version, m.Name, s.now().UnixMilli()); err != nil {
-		return false, err
-	}
-	return true, tx.Commit()
+	applied := false
+	err := s.write(ctx, func(t *tx) error {
+		var n int
+		if err := t.queryRow(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, m.Version).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		if err := t.execScript(m.SQL); err != nil {
+			return err
+		}
+		if _, err := t.exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+			m.Version, m.Name, s.now().UnixMilli()); err != nil {
+			return err
+		}
+		applied = true
+		return nil
+	})
+	return applied, err
 }
 
 // AppliedMigrations names the migrations Open applied (0001_init, ...), in

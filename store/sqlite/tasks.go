@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"studio/intent"
@@ -59,7 +58,7 @@ WHERE id IN (SELECT q.id FROM tasks q
 	ORDER BY q.id LIMIT ?)
 RETURNING ` + claimColumns
 
-// The task methods' statements, prepared once per store (see taskStmts).
+// The task methods' statements (prepared once per connection: conn.go).
 const (
 	updateCountsSQL = `UPDATE batches SET queued = queued + ?, running = running + ?,
 		succeeded = succeeded + ?, failed = failed + ?, canceled = canceled + ?,
@@ -103,102 +102,51 @@ const (
 		change_seq = ` + nextChangeSQL + ` WHERE ` + liveLease + ` RETURNING batch_id, state`
 )
 
-var taskSQL = []string{dbNowSQL, activeBatchesSQL, claimBatchSQL, updateCountsSQL, findExpiredSQL, cancelExpiredSQL, failExpiredSQL,
-	reclaimSQL, specSQL, renewTaskSQL, cancelLiveSQL, saveStepSQL, completeSQL, insertAssetSQL, failCheckSQL, failSQL, releaseTaskSQL}
-
-// taskStmts are the task statements prepared on the write pool, once: the
-// claim alone is a large statement to compile, and the worker's writes are
-// many small transactions. They are prepared before a transaction begins
-// (the pool has one connection) and bound to each transaction with
-// Tx.StmtContext, which reuses the connection's prepared statement.
-type taskStmts struct {
-	mu    sync.Mutex
-	stmts map[string]*sql.Stmt
-}
-
-func (c *taskStmts) prepare(ctx context.Context, db *sql.DB) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stmts != nil {
-		return nil
-	}
-	m := make(map[string]*sql.Stmt, len(taskSQL))
-	for _, q := range taskSQL {
-		st, err := db.PrepareContext(ctx, q)
-		if err != nil {
-			for _, p := range m {
-				p.Close()
-			}
-			return fmt.Errorf("prepare task statements: %w", err)
-		}
-		m[q] = st
-	}
-	c.stmts = m
-	return nil
-}
-
-// applyBatchDeltas writes the batches' new counts, in batch id order.
-func applyBatchDeltas(ctx context.Context, t *taskTx, d store.CountDeltas) error {
-	if len(d) == 0 {
-		return nil
-	}
-	ids := d.IDs()
-	stmt := t.stmt(ctx, updateCountsSQL)
-	for _, id := range ids {
-		c := d[id]
-		if _, err := stmt.ExecContext(ctx, c.Queued, c.Running, c.Succeeded, c.Failed, c.Canceled, c.Started, t.wall, id); err != nil {
-			return fmt.Errorf("update counts of batch %s: %w", id, err)
-		}
-	}
-	return nil
-}
-
-// taskTx is one write transaction of the task methods: the database's
-// clock, the wall clock for updated_at, and the counts that move.
-type taskTx struct {
-	s      *Store
-	tx     *sql.Tx
-	now    int64 // database clock, ms
-	wall   int64 // s.now(), ms
-	deltas store.CountDeltas
-	// retryAt is when a failed task is claimable again (its wake-up).
+// leaseTx is one write transaction of the lease methods (tasks and
+// publication items): the database's clock, the wall clock for
+// updated_at, and the parents' counts that move (batches', publications').
+type leaseTx struct {
+	*tx
+	now     int64 // database clock, ms
+	wall    int64 // s.now(), ms
+	batches store.CountDeltas
+	pubs    store.CountDeltas
+	// retryAt is when a failed task or item is claimable again (its
+	// wake-up).
 	retryAt time.Time
 }
 
-func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
-	if err := s.taskStmts.prepare(ctx, s.write); err != nil {
-		return nil, err
-	}
-	tx, err := s.write.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	t := &taskTx{s: s, tx: tx, wall: ms(s.now()), deltas: store.CountDeltas{}}
-	if err := t.stmt(ctx, dbNowSQL).QueryRowContext(ctx).Scan(&t.now); err != nil {
-		tx.Rollback()
-		return nil, fmt.Errorf("read database clock: %w", err)
-	}
-	return t, nil
+// leaseWrite runs f in one write transaction (s.write) as a leaseTx, and
+// moves the parents' counts before it commits, in id order. Once it has
+// committed, the readers of the batches that moved are woken.
+func (s *Store) leaseWrite(ctx context.Context, f func(*leaseTx) error) error {
+	return s.write(ctx, func(t *tx) error {
+		lt := &leaseTx{tx: t, wall: ms(s.now()), batches: store.CountDeltas{}, pubs: store.CountDeltas{}}
+		if err := t.queryRow(dbNowSQL).Scan(&lt.now); err != nil {
+			return fmt.Errorf("read database clock: %w", err)
+		}
+		if err := f(lt); err != nil {
+			return err
+		}
+		for _, id := range lt.batches.IDs() {
+			c := lt.batches[id]
+			if _, err := t.exec(updateCountsSQL, c.Queued, c.Running, c.Succeeded, c.Failed, c.Canceled, c.Started, lt.wall, id); err != nil {
+				return fmt.Errorf("update counts of batch %s: %w", id, err)
+			}
+		}
+		for _, id := range lt.pubs.IDs() {
+			c := lt.pubs[id]
+			if _, err := t.exec(updatePublicationCountsSQL, c.Queued, c.Running, c.Succeeded, c.Failed, c.Started, lt.wall, id); err != nil {
+				return fmt.Errorf("update counts of publication %s: %w", id, err)
+			}
+		}
+		// Every task whose state moved moved its batch's counts.
+		t.afterCommit(func() {
+			s.wake.Publish(append(store.TaskWakes(lt.batches, lt.retryAt), store.ItemWakes(lt.pubs, lt.retryAt)...)...)
+		})
+		return nil
+	})
 }
-
-// stmt binds a prepared statement to the transaction.
-func (t *taskTx) stmt(ctx context.Context, q string) *sql.Stmt {
-	return t.tx.StmtContext(ctx, t.s.taskStmts.stmts[q])
-}
-
-func (t *taskTx) commit(ctx context.Context) error {
-	if err := applyBatchDeltas(ctx, t, t.deltas); err != nil {
-		return err
-	}
-	if err := t.tx.Commit(); err != nil {
-		return err
-	}
-	// Every task whose state moved moved its batch's counts.
-	t.s.wake.Publish(store.TaskWakes(t.deltas, t.retryAt)...)
-	return nil
-}
-
-func (t *taskTx) rollback() { t.tx.Rollback() }
 
 // ttlMS converts a lease length to whole milliseconds, rounding up: a lease
 // never ends before its holder expects.
@@ -213,34 +161,30 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 	// An idle worker polls: it asks the read pool first, and takes the
 	// write lock only when there may be something to claim.
 	var maybe bool
-	if err := s.read.QueryRowContext(ctx, claimableSQL).Scan(&maybe); err != nil {
+	if err := s.read(ctx, func(t *tx) error { return t.queryRow(claimableSQL).Scan(&maybe) }); err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	if !maybe {
 		return nil, nil
 	}
-	t, err := s.beginTask(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("claim tasks: %w", err)
-	}
-	defer t.rollback()
-	expires := t.now + ttlMS(p.TTL)
-	claimed, err := t.reclaimExpired(ctx, p, expires)
-	if err != nil {
-		return nil, fmt.Errorf("claim tasks: %w", err)
-	}
-	if n := p.Limit - len(claimed); n > 0 {
-		fresh, err := t.claimQueued(ctx, p.Owner, expires, n)
-		if err != nil {
-			return nil, fmt.Errorf("claim tasks: %w", err)
+	var claimed []store.ClaimedTask
+	err := s.leaseWrite(ctx, func(t *leaseTx) error {
+		expires := t.now + ttlMS(p.TTL)
+		var err error
+		if claimed, err = t.reclaimExpired(p, expires); err != nil {
+			return err
 		}
-		claimed = append(claimed, fresh...)
-	}
-	if err := t.attachSpecs(ctx, claimed); err != nil {
+		if n := p.Limit - len(claimed); n > 0 {
+			fresh, err := t.claimQueued(p.Owner, expires, n)
+			if err != nil {
+				return err
+			}
+			claimed = append(claimed, fresh...)
+		}
+		return t.attachSpecs(claimed)
+	})
+	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
-	}
-	if err := t.commit(ctx); err != nil {
-		return nil, fmt.Errorf("claim tasks: commit: %w", err)
 	}
 	return claimed, nil
 }
@@ -252,8 +196,8 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 // ready tasks than its share leaves the rest to the others, in another
 // round. All of it runs in the claim's IMMEDIATE transaction, so no other
 // claim sees the tasks between the choice and the update.
-func (t *taskTx) claimQueued(ctx context.Context, owner string, expires int64, n int) ([]store.ClaimedTask, error) {
-	rows, err := t.stmt(ctx, activeBatchesSQL).QueryContext(ctx, t.now, max(4*n, 64))
+func (t *leaseTx) claimQueued(owner string, expires int64, n int) ([]store.ClaimedTask, error) {
+	rows, err := t.query(activeBatchesSQL, t.now, max(4*n, 64))
 	if err != nil {
 		return nil, fmt.Errorf("find active batches: %w", err)
 	}
@@ -279,12 +223,11 @@ func (t *taskTx) claimQueued(ctx context.Context, owner string, expires int64, n
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	stmt := t.stmt(ctx, claimBatchSQL)
 	var out []store.ClaimedTask
 	for len(out) < n && len(actors) > 0 {
 		shares := roundRobin(actors, n-len(out))
 		for _, sh := range shares {
-			rows, err := stmt.QueryContext(ctx, owner, expires, t.wall, sh.batch, t.now, sh.n)
+			rows, err := t.query(claimBatchSQL, owner, expires, t.wall, sh.batch, t.now, sh.n)
 			if err != nil {
 				return nil, fmt.Errorf("claim from batch %s: %w", sh.batch, err)
 			}
@@ -295,7 +238,7 @@ func (t *taskTx) claimQueued(ctx context.Context, owner string, expires int64, n
 			if len(got) < sh.n {
 				sh.q.drop(sh.batch)
 			}
-			d := t.deltas.Of(sh.batch)
+			d := t.batches.Of(sh.batch)
 			d.Queued -= len(got)
 			d.Running += len(got)
 			d.Started = d.Started || len(got) > 0
@@ -360,8 +303,8 @@ func roundRobin(actors []*actorQueue, n int) []*share {
 // reclaimExpired handles running tasks whose lease expired, oldest expiry
 // first, at most p.Limit of them: canceled if their batch was asked to
 // cancel, failed if they used every attempt, otherwise claimed again.
-func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams, expires int64) ([]store.ClaimedTask, error) {
-	rows, err := t.stmt(ctx, findExpiredSQL).QueryContext(ctx, t.now, p.Limit)
+func (t *leaseTx) reclaimExpired(p store.ClaimParams, expires int64) ([]store.ClaimedTask, error) {
+	rows, err := t.query(findExpiredSQL, t.now, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("find expired leases: %w", err)
 	}
@@ -390,18 +333,18 @@ func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams, expire
 	for _, e := range found {
 		switch {
 		case e.cancelRequested:
-			if _, err := t.stmt(ctx, cancelExpiredSQL).ExecContext(ctx, t.wall, e.id, e.fence); err != nil {
+			if _, err := t.exec(cancelExpiredSQL, t.wall, e.id, e.fence); err != nil {
 				return nil, fmt.Errorf("cancel expired task: %w", err)
 			}
-			t.deltas.Of(e.batch).Move(intent.StateRunning, intent.StateCanceled)
+			t.batches.Of(e.batch).Move(intent.StateRunning, intent.StateCanceled)
 		case store.OutOfAttempts(e.used, p.MaxAttempts):
 			msg := fmt.Sprintf("attempt %d: the lease expired (the worker stopped or crashed); no attempts left", e.attempts)
-			if _, err := t.stmt(ctx, failExpiredSQL).ExecContext(ctx, msg, t.wall, e.id, e.fence); err != nil {
+			if _, err := t.exec(failExpiredSQL, msg, t.wall, e.id, e.fence); err != nil {
 				return nil, fmt.Errorf("fail expired task: %w", err)
 			}
-			t.deltas.Of(e.batch).Move(intent.StateRunning, intent.StateFailed)
+			t.batches.Of(e.batch).Move(intent.StateRunning, intent.StateFailed)
 		default:
-			rows, err := t.stmt(ctx, reclaimSQL).QueryContext(ctx, p.Owner, expires, t.wall, e.id, e.fence)
+			rows, err := t.query(reclaimSQL, p.Owner, expires, t.wall, e.id, e.fence)
 			if err != nil {
 				return nil, fmt.Errorf("reclaim expired task: %w", err)
 			}
@@ -415,7 +358,7 @@ func (t *taskTx) reclaimExpired(ctx context.Context, p store.ClaimParams, expire
 	return claimed, nil
 }
 
-func scanClaims(rows *sql.Rows) ([]store.ClaimedTask, error) {
+func scanClaims(rows *rows) ([]store.ClaimedTask, error) {
 	defer rows.Close()
 	var out []store.ClaimedTask
 	for rows.Next() {
@@ -433,12 +376,12 @@ func scanClaims(rows *sql.Rows) ([]store.ClaimedTask, error) {
 
 // attachSpecs reads each claimed batch's spec once and shares it among its
 // tasks.
-func (t *taskTx) attachSpecs(ctx context.Context, cs []store.ClaimedTask) error {
+func (t *leaseTx) attachSpecs(cs []store.ClaimedTask) error {
 	specs := map[string][]byte{}
 	for i := range cs {
 		spec, ok := specs[cs[i].BatchID]
 		if !ok {
-			if err := t.stmt(ctx, specSQL).QueryRowContext(ctx, cs[i].BatchID).Scan(&spec); err != nil {
+			if err := t.queryRow(specSQL, cs[i].BatchID).Scan(&spec); err != nil {
 				return fmt.Errorf("read spec of batch %s: %w", cs[i].BatchID, err)
 			}
 			specs[cs[i].BatchID] = spec
@@ -457,27 +400,25 @@ func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (store.Ren
 	if len(p.Leases) == 0 {
 		return res, nil
 	}
-	t, err := s.beginTask(ctx)
-	if err != nil {
-		return res, fmt.Errorf("renew leases: %w", err)
-	}
-	defer t.rollback()
-	expires := t.now + ttlMS(p.TTL)
-	stmt := t.stmt(ctx, renewTaskSQL)
-	for _, l := range p.Leases {
-		var canceling bool
-		err := stmt.QueryRowContext(ctx, expires, l.TaskID, l.Fence, t.now, p.Owner).Scan(&canceling)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			res.Lost = append(res.Lost, l.TaskID)
-		case err != nil:
-			return store.RenewResult{}, fmt.Errorf("renew lease of task %s: %w", l.TaskID, err)
-		case canceling:
-			res.Canceled = append(res.Canceled, l.TaskID)
+	var expires int64
+	err := s.leaseWrite(ctx, func(t *leaseTx) error {
+		expires = t.now + ttlMS(p.TTL)
+		for _, l := range p.Leases {
+			var canceling bool
+			err := t.queryRow(renewTaskSQL, expires, l.TaskID, l.Fence, t.now, p.Owner).Scan(&canceling)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				res.Lost = append(res.Lost, l.TaskID)
+			case err != nil:
+				return fmt.Errorf("renew lease of task %s: %w", l.TaskID, err)
+			case canceling:
+				res.Canceled = append(res.Canceled, l.TaskID)
+			}
 		}
-	}
-	if err := t.commit(ctx); err != nil {
-		return store.RenewResult{}, fmt.Errorf("renew leases: commit: %w", err)
+		return nil
+	})
+	if err != nil {
+		return store.RenewResult{}, fmt.Errorf("renew leases: %w", err)
 	}
 	res.ExpiresAt = fromMS(expires)
 	return res, nil
@@ -486,22 +427,18 @@ func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (store.Ren
 // CancelIfRequested ends a live lease whose batch was asked to cancel: the
 // task becomes canceled. It answers ErrTaskCanceled when it did, and
 // ErrLeaseLost when the lease is not live.
-func (t *taskTx) CancelIfRequested(ctx context.Context, l store.Lease) error {
+func (t *leaseTx) CancelIfRequested(_ context.Context, l store.Lease) error {
 	var batch string
-	err := t.stmt(ctx, cancelLiveSQL).QueryRowContext(ctx, t.wall, l.TaskID, l.Fence, t.now).Scan(&batch)
+	err := t.queryRow(cancelLiveSQL, t.wall, l.TaskID, l.Fence, t.now).Scan(&batch)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("cancel task %s: %w", l.TaskID, err)
 	}
-	return store.CancelRequested(t.deltas, batch, err == nil)
+	return store.CancelRequested(t.batches, batch, err == nil)
 }
 
 // SaveStep records one step, fenced; it says whether the lease was live.
-func (t *taskTx) SaveStep(ctx context.Context, st store.StepSave) (bool, error) {
-	res, err := t.stmt(ctx, saveStepSQL).ExecContext(ctx, st.Step, st.ProviderRef, t.wall, st.TaskID, st.Fence, t.now)
-	if err != nil {
-		return false, fmt.Errorf("save step of task %s: %w", st.TaskID, err)
-	}
-	n, err := res.RowsAffected()
+func (t *leaseTx) SaveStep(_ context.Context, st store.StepSave) (bool, error) {
+	n, err := t.exec(saveStepSQL, st.Step, st.ProviderRef, t.wall, st.TaskID, st.Fence, t.now)
 	if err != nil {
 		return false, fmt.Errorf("save step of task %s: %w", st.TaskID, err)
 	}
@@ -513,17 +450,13 @@ func (s *Store) SaveSteps(ctx context.Context, steps []store.StepSave) ([]error,
 	if len(steps) == 0 {
 		return nil, nil
 	}
-	t, err := s.beginTask(ctx)
+	var out []error
+	err := s.leaseWrite(ctx, func(t *leaseTx) (err error) {
+		out, err = store.SaveStepsIn(ctx, t, steps, store.InOrder(len(steps)))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("save steps: %w", err)
-	}
-	defer t.rollback()
-	out, err := store.SaveStepsIn(ctx, t, steps, store.InOrder(len(steps)))
-	if err != nil {
-		return nil, fmt.Errorf("save steps: %w", err)
-	}
-	if err := t.commit(ctx); err != nil {
-		return nil, fmt.Errorf("save steps: commit: %w", err)
 	}
 	return out, nil
 }
@@ -538,36 +471,33 @@ func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]sto
 			return nil, fmt.Errorf("complete tasks: task %s: the asset needs an id, a sha256 and a content type", c.TaskID)
 		}
 	}
-	t, err := s.beginTask(ctx)
+	out := make([]store.CompletionResult, len(cs))
+	err := s.leaseWrite(ctx, func(t *leaseTx) error {
+		for i, c := range cs {
+			var batch, actor, assetID string
+			err := t.queryRow(completeSQL, c.Asset.ID, t.wall, c.TaskID, c.Fence, t.now).Scan(&batch, &actor, &assetID)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				if out[i].Err = t.CancelIfRequested(ctx, c.Lease); !store.IsItemError(out[i].Err) {
+					return out[i].Err
+				}
+				continue
+			case err != nil:
+				return fmt.Errorf("complete task %s: %w", c.TaskID, err)
+			}
+			if assetID == c.Asset.ID {
+				a := c.Asset
+				if _, err := t.exec(insertAssetSQL, a.ID, actor, c.TaskID, a.SHA256, a.ContentType, a.Size, a.Width, a.Height, t.wall); err != nil {
+					return fmt.Errorf("complete task %s: insert asset: %w", c.TaskID, interpret(err))
+				}
+			}
+			out[i].AssetID = assetID
+			t.batches.Of(batch).Move(intent.StateRunning, intent.StateSucceeded)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("complete tasks: %w", err)
-	}
-	defer t.rollback()
-	done, insert := t.stmt(ctx, completeSQL), t.stmt(ctx, insertAssetSQL)
-	out := make([]store.CompletionResult, len(cs))
-	for i, c := range cs {
-		var batch, actor, assetID string
-		err := done.QueryRowContext(ctx, c.Asset.ID, t.wall, c.TaskID, c.Fence, t.now).Scan(&batch, &actor, &assetID)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			if out[i].Err = t.CancelIfRequested(ctx, c.Lease); !store.IsItemError(out[i].Err) {
-				return nil, fmt.Errorf("complete tasks: %w", out[i].Err)
-			}
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("complete task %s: %w", c.TaskID, err)
-		}
-		if assetID == c.Asset.ID {
-			a := c.Asset
-			if _, err := insert.ExecContext(ctx, a.ID, actor, c.TaskID, a.SHA256, a.ContentType, a.Size, a.Width, a.Height, t.wall); err != nil {
-				return nil, fmt.Errorf("complete task %s: insert asset: %w", c.TaskID, interpret(err))
-			}
-		}
-		out[i].AssetID = assetID
-		t.deltas.Of(batch).Move(intent.StateRunning, intent.StateSucceeded)
-	}
-	if err := t.commit(ctx); err != nil {
-		return nil, fmt.Errorf("complete tasks: commit: %w", err)
 	}
 	return out, nil
 }
@@ -575,30 +505,32 @@ func (s *Store) CompleteTasks(ctx context.Context, cs []store.Completion) ([]sto
 // FailTask ends a failed attempt: queued again after the backoff, or
 // failed, or canceled when the batch was asked to cancel.
 func (s *Store) FailTask(ctx context.Context, f store.Failure) (intent.State, error) {
-	t, err := s.beginTask(ctx)
+	var state intent.State
+	err := s.leaseWrite(ctx, func(t *leaseTx) error {
+		var batch string
+		var used int
+		var canceling bool
+		err := t.queryRow(failCheckSQL, f.TaskID, f.Fence, t.now).Scan(&batch, &used, &canceling)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return store.ErrLeaseLost
+		case err != nil:
+			return fmt.Errorf("fail task %s: %w", f.TaskID, err)
+		}
+		state = store.StateAfterFailure(canceling, f.Permanent, used, f.MaxAttempts)
+		runAfter := t.now + max(ttlMS(f.Backoff), 0)
+		if _, err := t.exec(failSQL, state, f.Error, runAfter, t.wall, f.TaskID, f.Fence, t.now); err != nil {
+			return fmt.Errorf("fail task %s: %w", f.TaskID, err)
+		}
+		t.batches.Of(batch).Move(intent.StateRunning, state)
+		t.retryAt = time.Now().Add(f.Backoff)
+		return nil
+	})
+	if errors.Is(err, store.ErrLeaseLost) {
+		return "", store.ErrLeaseLost
+	}
 	if err != nil {
 		return "", fmt.Errorf("fail task: %w", err)
-	}
-	defer t.rollback()
-	var batch string
-	var used int
-	var canceling bool
-	err = t.stmt(ctx, failCheckSQL).QueryRowContext(ctx, f.TaskID, f.Fence, t.now).Scan(&batch, &used, &canceling)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return "", store.ErrLeaseLost
-	case err != nil:
-		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
-	}
-	state := store.StateAfterFailure(canceling, f.Permanent, used, f.MaxAttempts)
-	runAfter := t.now + max(ttlMS(f.Backoff), 0)
-	if _, err := t.stmt(ctx, failSQL).ExecContext(ctx, state, f.Error, runAfter, t.wall, f.TaskID, f.Fence, t.now); err != nil {
-		return "", fmt.Errorf("fail task %s: %w", f.TaskID, err)
-	}
-	t.deltas.Of(batch).Move(intent.StateRunning, state)
-	t.retryAt = time.Now().Add(f.Backoff)
-	if err := t.commit(ctx); err != nil {
-		return "", fmt.Errorf("fail task: commit: %w", err)
 	}
 	return state, nil
 }
@@ -608,28 +540,25 @@ func (s *Store) ReleaseTasks(ctx context.Context, leases []store.Lease) ([]error
 	if len(leases) == 0 {
 		return nil, nil
 	}
-	t, err := s.beginTask(ctx)
+	out := make([]error, len(leases))
+	err := s.leaseWrite(ctx, func(t *leaseTx) error {
+		for i, l := range leases {
+			var batch string
+			var state intent.State
+			err := t.queryRow(releaseTaskSQL, t.now, t.wall, l.TaskID, l.Fence, t.now).Scan(&batch, &state)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				out[i] = store.ErrLeaseLost
+				continue
+			case err != nil:
+				return fmt.Errorf("release task %s: %w", l.TaskID, err)
+			}
+			t.batches.Of(batch).Move(intent.StateRunning, state)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("release tasks: %w", err)
-	}
-	defer t.rollback()
-	stmt := t.stmt(ctx, releaseTaskSQL)
-	out := make([]error, len(leases))
-	for i, l := range leases {
-		var batch string
-		var state intent.State
-		err := stmt.QueryRowContext(ctx, t.now, t.wall, l.TaskID, l.Fence, t.now).Scan(&batch, &state)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			out[i] = store.ErrLeaseLost
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("release task %s: %w", l.TaskID, err)
-		}
-		t.deltas.Of(batch).Move(intent.StateRunning, state)
-	}
-	if err := t.commit(ctx); err != nil {
-		return nil, fmt.Errorf("release tasks: commit: %w", err)
 	}
 	return out, nil
 }
@@ -637,25 +566,19 @@ func (s *Store) ReleaseTasks(ctx context.Context, leases []store.Lease) ([]error
 // AssetForTask reads the asset stored for a task.
 func (s *Store) AssetForTask(ctx context.Context, taskID string) (intent.Asset, error) {
 	var a intent.Asset
-	var task sql.NullString
-	var created int64
-	err := s.read.QueryRowContext(ctx, `SELECT id, actor, task_id, sha256, content_type, size, width, height, created_at
-		FROM assets WHERE task_id = ?`, taskID).
-		Scan(&a.ID, &a.Actor, &task, &a.SHA256, &a.ContentType, &a.Size, &a.Width, &a.Height, &created)
-	if err != nil {
-		return intent.Asset{}, interpret(err)
-	}
-	if task.Valid {
-		a.TaskID = &task.String
-	}
-	a.CreatedAt = fromMS(created)
-	return a, nil
+	err := s.read(ctx, func(t *tx) (err error) {
+		a, err = scanAsset(t.queryRow(`SELECT `+assetColumns+` FROM assets WHERE task_id = ?`, taskID))
+		return err
+	})
+	return a, err
 }
 
 // BlobInUse says whether an asset names the bytes of sha256.
 func (s *Store) BlobInUse(ctx context.Context, sha256 string) (bool, error) {
 	var in bool
-	if err := s.read.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM assets WHERE sha256 = ?)`, sha256).Scan(&in); err != nil {
+	if err := s.read(ctx, func(t *tx) error {
+		return t.queryRow(`SELECT EXISTS (SELECT 1 FROM assets WHERE sha256 = ?)`, sha256).Scan(&in)
+	}); err != nil {
 		return false, fmt.Errorf("blob in use: %w", err)
 	}
 	return in, nil

@@ -45,7 +45,7 @@ func (s *Store) watchOthers(interval time.Duration) {
 		known := false
 		for {
 			var v int64
-			if err := s.write.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v); err == nil {
+			if err := s.writeDB.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v); err == nil {
 				if known && v != last {
 					s.wake.Publish(othersEvent)
 				}
