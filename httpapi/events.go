@@ -19,16 +19,18 @@ import (
 // Events tunes GET /v1/batches/{id}/events.
 type Events struct {
 	// Poll is how often a stream reads its batch's changes from the
-	// database (changes made by any process are found this way); 250ms by
-	// default.
+	// database even when nothing woke it (the safety net: the store's hub
+	// wakes it for changes of this process, and of others as far as the
+	// engine carries them); 250ms by default.
 	Poll time.Duration
 	// Heartbeat is how long a stream may stay silent before it sends a
 	// comment line to keep proxies from closing it; 15s by default.
 	Heartbeat time.Duration
 	// Gap is the least time between two reads of a stream woken by
-	// changes made in this process (which wake it at once, without
-	// waiting for the poll): a batch whose tasks change many times a
-	// second is read at most once per Gap. 50ms by default.
+	// changes (which wake it at once, without waiting for the poll): a
+	// batch whose tasks change many times a second is read at most once
+	// per Gap. 5ms by default: a change right after another shows within
+	// it.
 	Gap time.Duration
 }
 
@@ -36,7 +38,7 @@ type Events struct {
 const (
 	DefaultEventPoll      = 250 * time.Millisecond
 	DefaultEventHeartbeat = 15 * time.Second
-	DefaultEventGap       = 50 * time.Millisecond
+	DefaultEventGap       = 5 * time.Millisecond
 )
 
 // eventCursor is where a stream stands, and what its event ids encode:

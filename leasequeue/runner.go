@@ -64,6 +64,11 @@ const (
 	DefaultGrace       = 10 * time.Second
 	DefaultPollMin     = 20 * time.Millisecond
 	DefaultPollMax     = time.Second
+	// DefaultWokenPollMax is PollMax's default with Config.Wake: the
+	// wake-ups bring the work, the poll is the safety net (a lease that
+	// expired in a process that died, a retry's backoff over in another
+	// process on SQLite).
+	DefaultWokenPollMax = 5 * time.Second
 )
 
 // Config configures a Runner. Zero fields take the defaults above.
@@ -86,7 +91,8 @@ type Config struct {
 	// contexts with ErrStopping.
 	Grace time.Duration
 	// PollMin and PollMax bound the wait between claims that found nothing
-	// (doubling from PollMin, with jitter).
+	// (doubling from PollMin, with jitter); PollMax is
+	// DefaultWokenPollMax by default when Wake is set.
 	PollMin, PollMax time.Duration
 	// Loops run beside the items for each Start..Stop, until every item of
 	// it has ended (batch writers, sweeps); their context then ends.
@@ -130,6 +136,9 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.LeaseTTL, DefaultLeaseTTL)
 	def(&c.Grace, DefaultGrace)
 	def(&c.PollMin, DefaultPollMin)
+	if c.Wake != nil {
+		def(&c.PollMax, DefaultWokenPollMax)
+	}
 	def(&c.PollMax, DefaultPollMax)
 	c.PollMax = max(c.PollMax, c.PollMin)
 	if c.Logger == nil {

@@ -102,8 +102,10 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.RetryMax, DefaultRetryMax)
 	def(&c.Grace, DefaultGrace)
 	def(&c.PollMin, DefaultPollMin)
-	def(&c.PollMax, DefaultPollMax)
-	if c.PollMax < c.PollMin {
+	if c.Wake == nil {
+		def(&c.PollMax, DefaultPollMax)
+	}
+	if c.PollMax > 0 && c.PollMax < c.PollMin {
 		c.PollMax = c.PollMin
 	}
 	if c.Logger == nil {

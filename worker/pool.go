@@ -98,7 +98,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Owner names this pool's leases; random by default.
 	Owner string
-	// PollMin and PollMax bound the wait between claims that found nothing.
+	// PollMin and PollMax bound the wait between claims that found
+	// nothing; PollMax is leasequeue.DefaultWokenPollMax by default when
+	// Wake is set.
 	PollMin, PollMax time.Duration
 	// SweepEvery is how often the pool sweeps unnamed blobs (the first a
 	// minute after Start, or sooner if SweepEvery is shorter); negative
@@ -136,7 +138,9 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.RetryMax, DefaultRetryMax)
 	def(&out.Grace, DefaultGrace)
 	def(&out.PollMin, DefaultPollMin)
-	def(&out.PollMax, DefaultPollMax)
+	if out.Wake == nil {
+		def(&out.PollMax, DefaultPollMax)
+	}
 	def(&out.SweepAge, DefaultSweepAge)
 	if out.StepRecordAfter == 0 {
 		out.StepRecordAfter = DefaultStepRecordAfter
@@ -145,7 +149,7 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.SweepEvery == 0 {
 		out.SweepEvery = DefaultSweepEvery
 	}
-	if out.PollMax < out.PollMin {
+	if out.PollMax > 0 && out.PollMax < out.PollMin {
 		out.PollMax = out.PollMin
 	}
 	if out.Logger == nil {

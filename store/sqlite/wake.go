@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"os"
 	"time"
 
 	"studio/wake"
@@ -9,7 +10,7 @@ import (
 
 // DefaultWatchInterval is how often a store looks for commits of other
 // processes on its file (Config.WatchInterval).
-const DefaultWatchInterval = 50 * time.Millisecond
+const DefaultWatchInterval = 100 * time.Millisecond
 
 // Wake returns the store's hub: every commit through this store publishes
 // its wake-ups there (store.TaskWakes and the others) once it is done,
@@ -26,11 +27,14 @@ var othersEvent = wake.Event{Kind: wake.Tasks | wake.Items | wake.Changed}
 
 // watchOthers feeds the hub with the commits of other processes. SQLite
 // has no notification between processes; instead, while anyone in this
-// process listens, the store asks PRAGMA data_version every interval on
-// its write connection: a value that moved means another connection
-// committed, and since every write of this process goes through that one
-// connection, another process. The pragma reads the WAL index in shared
-// memory, no table: an idle process spends almost nothing on it.
+// process listens, the store looks every interval whether the file
+// changed, in two steps. First it reads the header of the WAL index (the
+// -shm file, which every connection on the file shares): one pread, which
+// changes with every commit of any connection. Only when it changed does
+// it ask PRAGMA data_version on its write connection: a value that moved
+// means another connection committed, and since every write of this
+// process goes through that one connection, another process. An idle
+// process spends a pread per interval.
 func (s *Store) watchOthers(interval time.Duration) {
 	if interval < 0 {
 		return
@@ -39,17 +43,40 @@ func (s *Store) watchOthers(interval time.Duration) {
 		interval = DefaultWatchInterval
 	}
 	s.wake.Feed(func(ctx context.Context) {
+		// Without its cancel: database/sql would watch a cancelable
+		// context with a goroutine of its own at every look. Close waits
+		// for a look in progress, a moment.
+		qctx := context.WithoutCancel(ctx)
+		st, err := s.writeDB.PrepareContext(qctx, `PRAGMA data_version`)
+		if err != nil {
+			return // each listener's poll covers what this misses
+		}
+		defer st.Close()
+		shm, _ := os.Open(s.path + "-shm") // nil: every look asks the pragma
+		if shm != nil {
+			defer shm.Close()
+		}
+		var head, last [walIndexHeader]byte
 		t := time.NewTicker(interval)
 		defer t.Stop()
-		var last int64
+		var version int64
 		known := false
 		for {
-			var v int64
-			if err := s.writeDB.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v); err == nil {
-				if known && v != last {
-					s.wake.Publish(othersEvent)
+			changed := true
+			if shm != nil {
+				if n, err := shm.ReadAt(head[:], 0); n == len(head) || err == nil {
+					changed = head != last
+					last = head
 				}
-				last, known = v, true
+			}
+			if changed || !known {
+				var v int64
+				if err := st.QueryRowContext(qctx).Scan(&v); err == nil {
+					if known && v != version {
+						s.wake.Publish(othersEvent)
+					}
+					version, known = v, true
+				}
 			}
 			if s.onWatch != nil {
 				s.onWatch()
@@ -62,3 +89,7 @@ func (s *Store) watchOthers(interval time.Duration) {
 		}
 	})
 }
+
+// walIndexHeader is the size of the WAL index header that watchOthers
+// compares: its change counter and last frame move with every commit.
+const walIndexHeader = 48
