@@ -410,7 +410,7 @@ func (b *bench) herd() (*Result, error) {
 		return nil, err
 	}
 	const creates, size = 5, 600
-	rounds := max(2, b.samples(4))
+	const rounds = 3
 	var ops, floors []time.Duration
 	var empty, floorEmpty int64
 	for r := 0; r < 2*rounds; r++ {

@@ -140,6 +140,12 @@ func (s *Server) batchEvents(w http.ResponseWriter, r *http.Request) {
 	heartbeat := time.NewTimer(s.events.Heartbeat)
 	defer heartbeat.Stop()
 	var gapOver <-chan time.Time
+	// again fires after a read that found changes committed but not yet
+	// readable (store.Changes.Pending): they come in a moment, and the
+	// stream reads again then rather than at its next poll; a Gap first,
+	// doubling while they stay pending (a long transaction elsewhere).
+	var again <-chan time.Time
+	pendingWait := s.events.Gap
 	for {
 		if rd != nil {
 			st.wrote = false
@@ -170,6 +176,9 @@ func (s *Server) batchEvents(w http.ResponseWriter, r *http.Request) {
 			heartbeat.Reset(s.events.Heartbeat)
 		case <-gapOver:
 			gapOver = nil
+		case <-again:
+			again = nil
+			read = true
 		case <-wake:
 			read = true
 			gapOver = time.After(s.events.Gap)
@@ -188,6 +197,13 @@ func (s *Server) batchEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			rd = &next
+			switch {
+			case !next.pending:
+				pendingWait = s.events.Gap
+			case again == nil && pendingWait < s.events.Poll:
+				again = time.After(pendingWait)
+				pendingWait *= 2
+			}
 		}
 	}
 }
