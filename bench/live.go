@@ -127,8 +127,9 @@ func (b *bench) livePhase(kind liveKind, wake bool, cl *client.Client, blobs blo
 	}
 	if wake {
 		cfg.Wake = b.cfg.Wake
-	} else if kind == liveCancelLag {
-		// Polling only, a cancel reaches a running task at its next
+	}
+	if kind == liveCancelLag {
+		// Without a wake-up a cancel reaches a running task at its next
 		// renewal: every second with a 3 s lease (10 s with the default).
 		cfg.LeaseTTL = 3 * time.Second
 	}
