@@ -73,6 +73,18 @@ type Config struct {
 	ServeShared func(ctx context.Context) (addr string, stop func() error, err error)
 	// Wake is Store's hub (store.Waker), for the bench's worker pools.
 	Wake *wake.Hub
+	// Workers starts n `studio worker` processes (4 tasks at once each) on
+	// the same database, their asset bytes in assets ("" = the engine's
+	// own store, an s3:// URL = that object store), and answers a function
+	// that stops them; nil makes the assets_drain operations fail, saying
+	// so.
+	Workers func(ctx context.Context, n int, assets string) (stop func() error, err error)
+	// Assets is the object store the assets_drain operations measure
+	// against the engine's own store ("" makes them fail, saying so).
+	Assets string
+	// WALPosition answers PostgreSQL's WAL position in bytes
+	// (pg_current_wal_lsn()); nil on SQLite.
+	WALPosition func(ctx context.Context) (int64, error)
 	// N is the samples of every operation; 0 = each operation's default.
 	N int
 	// Tasks is the tasks per drain run (6000 when 0).
@@ -120,6 +132,10 @@ var ops = []Op{
 		run: func(b *bench) (*Result, error) { return b.liveOp(liveCancelLag, true) }},
 	{Name: "herd_600", What: "claims that found nothing per task created, 5 creates of 600 tasks at once, 4 workers; floor: polling only",
 		run: (*bench).herd},
+	{Name: "assets_drain_1", What: "tasks/s of 1 worker process, 512x512 images (256 KiB), PostgreSQL: assets in the object store (--assets) vs the blobs table; WAL bytes per task of each",
+		run: func(b *bench) (*Result, error) { return b.drainAssets(1) }, Target: ">= 1.5x, < 4 KB WAL/task", goal: assetsGoal, optIn: true},
+	{Name: "assets_drain_2", What: "the same with 2 worker processes",
+		run: func(b *bench) (*Result, error) { return b.drainAssets(2) }, Target: ">= 1.5x, < 4 KB WAL/task", goal: assetsGoal, optIn: true},
 	{Name: "lock_hold_memory", What: "uncontended Hold of a no-op, memory store, vs sync.Mutex Lock/Unlock",
 		run: func(b *bench) (*Result, error) { return b.lockHold("memory") }, Target: "< 1 µs", goal: func(r *Result) bool { return r.MedianUS < 1 }},
 	{Name: "lock_hold_db", What: "uncontended Hold of a no-op, database store, vs the store's acquire + release statements alone",
@@ -145,6 +161,9 @@ type Op struct {
 	Target string
 	run    func(*bench) (*Result, error)
 	goal   func(*Result) bool // whether a result meets Target
+	// optIn operations run only when --ops names them: they need what a
+	// plain run does not have (PostgreSQL and an object store).
+	optIn bool
 }
 
 // Met says whether r meets the operation's target; false when it has none.
@@ -177,6 +196,16 @@ type Result struct {
 	// created, with wake-ups; FloorEmptyPerTask polling only.
 	EmptyPerTask      *float64 `json:"empty_claims_per_task,omitempty"`
 	FloorEmptyPerTask *float64 `json:"floor_empty_claims_per_task,omitempty"`
+	// WALBytesPerTask and FloorWALBytesPerTask are the WAL each task
+	// wrote, with the operation's store and the floor's (assets_drain).
+	WALBytesPerTask      *float64 `json:"wal_bytes_per_task,omitempty"`
+	FloorWALBytesPerTask *float64 `json:"floor_wal_bytes_per_task,omitempty"`
+}
+
+// assetsGoal: the object store drains at least 1.5 times as fast as the
+// blobs table, writing under 4 KB of WAL per task.
+func assetsGoal(r *Result) bool {
+	return r.Ratio != nil && *r.Ratio <= 1/1.5 && r.WALBytesPerTask != nil && *r.WALBytesPerTask < 4000
 }
 
 // bench runs operations against one store.
@@ -241,10 +270,10 @@ func Run(ctx context.Context, cfg Config, selected []Op, each func(Op, *Result) 
 
 // Select picks operations by name or by prefix ("commit" is every
 // commit_N), in the documented order whatever the order asked; an empty
-// list is every operation.
+// list is every operation but the opt-in ones (assets_drain_N).
 func Select(list string) ([]Op, error) {
 	if strings.TrimSpace(list) == "" {
-		return Ops(), nil
+		return slices.DeleteFunc(Ops(), func(o Op) bool { return o.optIn }), nil
 	}
 	var out []Op
 	for _, tok := range strings.Split(list, ",") {

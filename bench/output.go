@@ -34,6 +34,11 @@ func PrintTable(w io.Writer, ops []Op, results []*Result) {
 				verdict = "met"
 			}
 		}
+		if r.WALBytesPerTask != nil && r.FloorWALBytesPerTask != nil {
+			// Throughput against a baseline store: its rate is the floor.
+			floor = fmtRate(*r.FloorPerS) + "/s"
+			ratio += fmt.Sprintf(", WAL/task %s vs %s", fmtBytes(*r.WALBytesPerTask), fmtBytes(*r.FloorWALBytesPerTask))
+		}
 		rows = append(rows, []string{ops[i].Name, fmt.Sprint(r.N), fmtUS(r.MedianUS), fmtUS(r.P99US), fmtRate(r.PerS), floor, ratio, ops[i].Target, verdict})
 	}
 	widths := make([]int, len(rows[0]))
@@ -67,6 +72,13 @@ func fmtUS(v float64) string {
 	default:
 		return fmt.Sprintf("%.2f µs", v)
 	}
+}
+
+func fmtBytes(v float64) string {
+	if v >= 10000 {
+		return fmt.Sprintf("%.0f KB", v/1000)
+	}
+	return fmt.Sprintf("%.0f B", v)
 }
 
 func fmtRate(v float64) string {

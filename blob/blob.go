@@ -6,12 +6,19 @@
 // row never names bytes that are not stored. The same bytes are stored
 // once, whatever number of assets name them.
 //
-// FS is the filesystem implementation; a database-backed one can implement
-// the same interface.
+// Bytes are verified on read: Open answers ErrCorrupt, not an image, when
+// the stored bytes do not hash to their name (a torn write, a disk fault,
+// an object replaced behind the store's back).
+//
+// FS is the filesystem implementation; the PostgreSQL store keeps bytes in
+// its database and s3blob in S3-compatible object storage, all three held
+// to the same contract by blobtest.
 package blob
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -24,7 +31,8 @@ type Store interface {
 	// When the bytes are stored already, it keeps them (and marks them as
 	// just used, so a concurrent Sweep keeps them).
 	Put(ctx context.Context, r io.Reader) (Info, error)
-	// Open opens stored bytes; ErrNotFound if there are none.
+	// Open opens stored bytes, verified: ErrNotFound if there are none,
+	// ErrCorrupt if what is stored does not hash to sha256.
 	Open(ctx context.Context, sha256 string) (io.ReadSeekCloser, error)
 	// Exists says whether the bytes are stored.
 	Exists(ctx context.Context, sha256 string) (bool, error)
@@ -32,6 +40,14 @@ type Store interface {
 	// written or reused within p.OlderThan, and leftovers of interrupted
 	// writes.
 	Sweep(ctx context.Context, p SweepParams) (SweepResult, error)
+}
+
+// Walker is a store that can list what it holds (every store here is
+// one): `studio assets copy` walks a store to copy it to another.
+type Walker interface {
+	// Walk calls fn with the SHA-256 of every blob stored, in no
+	// particular order, and stops at fn's first error.
+	Walk(ctx context.Context, fn func(sha256 string) error) error
 }
 
 // Info describes stored bytes.
@@ -58,6 +74,9 @@ type SweepResult struct {
 	Kept int
 	// Leftovers counts removed temporary files of interrupted writes.
 	Leftovers int
+	// Purged counts bytes deleted for good by a store that keeps what a
+	// sweep removes for one more age first (s3blob's trash).
+	Purged int
 }
 
 // Errors, matched with errors.Is.
@@ -66,7 +85,22 @@ var (
 	ErrNotFound = errors.New("blob not found")
 	// ErrInvalid: the SHA-256 is not 64 lowercase hex digits.
 	ErrInvalid = errors.New("invalid blob sha256")
+	// ErrCorrupt: the stored bytes do not hash to their SHA-256.
+	ErrCorrupt = errors.New("stored blob is corrupt")
+	// ErrUnavailable: the store cannot be reached or refused the request
+	// (an object store that is down, throttling or misconfigured). It is a
+	// fault of a dependency, worth a retry later, never a missing blob.
+	ErrUnavailable = errors.New("blob store unavailable")
 )
+
+// Verify checks that data hashes to sha256, answering ErrCorrupt if not.
+func Verify(sha256Hex string, data []byte) error {
+	sum := sha256.Sum256(data)
+	if hex.EncodeToString(sum[:]) != sha256Hex {
+		return fmt.Errorf("%w: %s holds %d bytes of other content", ErrCorrupt, sha256Hex, len(data))
+	}
+	return nil
+}
 
 // CheckSHA256 reports whether s is 64 lowercase hex digits.
 func CheckSHA256(s string) error {

@@ -77,6 +77,11 @@ type Task struct {
 	AssetID    *string   `json:"asset_id"`
 	Error      *string   `json:"error"`
 	UpdatedAt  time.Time `json:"updated_at"`
+	// GenerationCalls counts the paid generation calls the task made.
+	GenerationCalls int `json:"generation_calls"`
+	// History notes what happened to the task beyond its state (a lost
+	// prompt submitted again, an expired image URL made again).
+	History []string `json:"history"`
 }
 
 // Asset is a stored image.

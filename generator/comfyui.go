@@ -140,6 +140,7 @@ func newComfyUI(o Options, s Spec) (*comfyUI, error) {
 	if g.c, err = newCaller(o, s, DefaultComfyTimeout); err != nil {
 		return nil, err
 	}
+	g.c.genCall = "submit"
 	g.waitTimeout = g.c.timeout
 	g.c.timeout = min(g.c.timeout, comfyCallTimeout)
 	return g, nil
@@ -273,12 +274,12 @@ func (g *comfyUI) queued(ctx context.Context, id string) (bool, error) {
 func (g *comfyUI) Submit(ctx context.Context, job Job) (string, error) {
 	id := job.Key
 	if q, err := g.queued(ctx, id); err != nil {
-		return "", fmt.Errorf("submit: %w", err)
+		return "", err
 	} else if q {
 		return id, nil
 	}
 	if h, err := g.history(ctx, id); err != nil {
-		return "", fmt.Errorf("submit: %w", err)
+		return "", err
 	} else if h != nil {
 		return id, nil
 	}
@@ -301,7 +302,7 @@ func (g *comfyUI) Submit(ctx context.Context, job Job) (string, error) {
 	req.Header.Set("Content-Type", "application/json")
 	_, answer, err := g.c.do(ctx, "submit", req, true, comfyErrorMessage)
 	if err != nil {
-		return "", fmt.Errorf("submit: %w", err)
+		return "", err
 	}
 	var out struct {
 		PromptID string `json:"prompt_id"`
@@ -377,19 +378,19 @@ func (g *comfyUI) Wait(ctx context.Context, ref string) error {
 			if empty%comfyQueueCheckEvery == 1 {
 				var lost error
 				if h, lost, err = g.checkQueued(ctx, ref); lost != nil {
-					return fmt.Errorf("wait: %w", lost)
+					return lost
 				}
 			}
 		}
 		switch {
 		case ctx.Err() != nil:
-			return fmt.Errorf("wait: %w", ctx.Err())
+			return ctx.Err()
 		case err != nil && IsPermanent(err):
-			return fmt.Errorf("wait: %w", err)
+			return err
 		case err != nil:
 			failures++
 			if failures >= comfyPollErrors {
-				return fmt.Errorf("wait: %w", err)
+				return err
 			}
 		case h != nil:
 			return g.done(ref, h)
@@ -398,7 +399,7 @@ func (g *comfyUI) Wait(ctx context.Context, ref string) error {
 		}
 		if !time.Now().Before(deadline) {
 			return &ProviderError{Generator: g.id, Class: ClassTimeout,
-				Message: fmt.Sprintf("wait: prompt %s did not finish within %s (it stays queued; the next try waits for it again)", ref, g.waitTimeout)}
+				Message: fmt.Sprintf("prompt %s did not finish within %s (it stays queued; the next try waits for it again)", ref, g.waitTimeout)}
 		}
 		pause := g.pollInterval
 		if d, ok := RetryAfter(err); ok {
@@ -408,7 +409,7 @@ func (g *comfyUI) Wait(ctx context.Context, ref string) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("wait: %w", ctx.Err())
+			return ctx.Err()
 		case <-t.C:
 		}
 	}
@@ -426,8 +427,8 @@ func (g *comfyUI) checkQueued(ctx context.Context, id string) (h *comfyEntry, lo
 	if h, err = g.history(ctx, id); err != nil || h != nil {
 		return h, nil, err
 	}
-	return nil, &ProviderError{Generator: g.id, Class: ClassUnavailable,
-		Message: fmt.Sprintf("prompt %s is neither queued nor in the history (the server restarted, or its queue was cleared); the next try submits it again", id)}, nil
+	return nil, &LostError{Reason: ReasonLost, Err: &ProviderError{Generator: g.id, Class: ClassUnavailable,
+		Message: fmt.Sprintf("prompt %s is neither queued nor in the history (the server restarted, or its queue was cleared); it is submitted again under the same prompt_id", id)}}, nil
 }
 
 // done reads a finished history entry: nil when the output node has an
@@ -481,18 +482,21 @@ func executionError(messages []jsontext.Value) string {
 }
 
 // Fetch implements Generator: the output node's first image, through
-// GET /view?filename=...&subfolder=...&type=....
+// GET /view?filename=...&subfolder=...&type=.... A prompt the history no
+// longer holds, or an image /view no longer has (404), is a *LostError:
+// the prompt's history entry is deleted (POST /history {"delete"}) so that
+// the next Submit queues it again under the same prompt_id.
 func (g *comfyUI) Fetch(ctx context.Context, ref string) (Image, error) {
 	h, err := g.history(ctx, ref)
 	if err != nil {
-		return Image{}, fmt.Errorf("fetch: %w", err)
+		return Image{}, err
 	}
 	if h == nil {
-		return Image{}, &ProviderError{Generator: g.id, Class: ClassUnavailable,
-			Message: fmt.Sprintf("fetch: prompt %s is not in the history", ref)}
+		return Image{}, &LostError{Reason: ReasonLost, Err: &ProviderError{Generator: g.id, Class: ClassUnavailable,
+			Message: fmt.Sprintf("prompt %s is no longer in the history (the server restarted, or its history was cleared); it is submitted again under the same prompt_id", ref)}}
 	}
 	if err := g.done(ref, h); err != nil {
-		return Image{}, fmt.Errorf("fetch: %w", err)
+		return Image{}, err
 	}
 	im, _ := g.outputImage(ref, h)
 	q := url.Values{"filename": {im.Filename}, "subfolder": {im.Subfolder}}
@@ -500,10 +504,42 @@ func (g *comfyUI) Fetch(ctx context.Context, ref string) (Image, error) {
 		q.Set("type", im.Type)
 	}
 	body, err := g.get(ctx, "view", "/view", q)
+	var pe *ProviderError
+	if errors.As(err, &pe) && pe.Status == http.StatusNotFound {
+		if err := g.forget(ctx, ref); err != nil {
+			return Image{}, err
+		}
+		return Image{}, &LostError{Reason: ReasonLost, Err: &ProviderError{Generator: g.id, Class: ClassUnavailable, Status: pe.Status,
+			Message: fmt.Sprintf("view: the image %q of prompt %s is gone (404); the prompt is submitted again under the same prompt_id", im.Filename, ref)}}
+	}
 	if err != nil {
-		return Image{}, fmt.Errorf("fetch: %w", err)
+		return Image{}, err
 	}
 	return imageOf(g.c, "view", body)
+}
+
+// forget deletes a prompt's history entry: POST /history {"delete": [id]}.
+func (g *comfyUI) forget(ctx context.Context, id string) error {
+	body, err := json.Marshal(map[string][]string{"delete": {id}})
+	if err != nil {
+		return Permanent(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, g.url("/history", nil), bytes.NewReader(body))
+	if err != nil {
+		return Permanent(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	_, _, err = g.c.do(ctx, "forget", req, true, comfyErrorMessage)
+	return err
+}
+
+// Probe implements Prober: GET /system_stats, which ComfyUI answers as
+// soon as its server runs.
+func (g *comfyUI) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	_, err := g.get(ctx, "probe", "/system_stats", nil)
+	return err
 }
 
 // comfyErrorMessage reads POST /prompt's error answer,

@@ -74,7 +74,7 @@ func TestComfyUIGenerates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	job := baseJob()
+	job := comfyJob()
 	img, err := run(t, g, job)
 	if err != nil {
 		t.Fatal(err)
@@ -95,8 +95,8 @@ func TestComfyUIGenerates(t *testing.T) {
 	}
 
 	// Without width and height, the workflow's own size stays.
-	job2 := baseJob()
-	job2.Key, job2.Params = "task-2", nil
+	job2 := comfyJob()
+	job2.Key, job2.Params = "01920000-0000-7000-8000-000000000002", nil
 	img, err = run(t, g, job2)
 	if err != nil || img.Width != 512 || img.Height != 512 {
 		t.Fatalf("no size params: %dx%d, %v", img.Width, img.Height, err)
@@ -113,8 +113,8 @@ func TestComfyUISubmitIsIdempotent(t *testing.T) {
 	f.Hold()
 	g, _ := newTestComfy(t, f)
 	ctx := context.Background()
-	jobs := []Job{baseJob(), baseJob()}
-	jobs[1].Key = "second-task"
+	jobs := []Job{comfyJob(), comfyJob()}
+	jobs[1].Key = "01920000-0000-7000-8000-000000000003"
 	for _, j := range jobs { // the second is pending behind the first
 		for try := 0; try < 3; try++ {
 			ref, err := g.Submit(ctx, j)
@@ -162,7 +162,7 @@ func TestComfyUISubmitWhileThePromptFinishes(t *testing.T) {
 	defer front.Close()
 	g, _ := newTestComfy(t, f, func(s *Spec) { s.BaseURL = front.URL })
 	ctx := context.Background()
-	job := baseJob()
+	job := comfyJob()
 	if ref, err := g.Submit(ctx, job); err != nil || ref != job.Key {
 		t.Fatalf("first submit: %q, %v", ref, err)
 	}
@@ -189,7 +189,7 @@ func TestComfyUIErrors(t *testing.T) {
 		defer f.Server.Close()
 		wf := writeWorkflow(t, func(s string) string { return strings.Replace(s, `"VAEDecode"`, `"VAEDecodeTurbo"`, 1) })
 		g, _ := newTestComfy(t, f, func(s *Spec) { s.Workflow = wf })
-		_, err := run(t, g, baseJob())
+		_, err := run(t, g, comfyJob())
 		if !IsPermanent(err) || ErrorClass(err) != ClassRejected || !strings.Contains(err.Error(), "Cannot execute because node VAEDecodeTurbo does not exist") {
 			t.Fatalf("invalid workflow: %v", err)
 		}
@@ -204,7 +204,7 @@ func TestComfyUIErrors(t *testing.T) {
 			return strings.Replace(s, `"blurry, low quality, watermark"`, `7`, 1)
 		})
 		g, _ := newTestComfy(t, f, func(s *Spec) { s.Workflow = wf })
-		_, err := run(t, g, baseJob())
+		_, err := run(t, g, comfyJob())
 		if !IsPermanent(err) || !strings.Contains(err.Error(), "Prompt outputs failed validation") || !strings.Contains(err.Error(), "node 7 (CLIPTextEncode): Required input is missing: text") {
 			t.Fatalf("node errors: %v", err)
 		}
@@ -215,7 +215,7 @@ func TestComfyUIErrors(t *testing.T) {
 		defer f.Server.Close()
 		f.FailNextExecution("CUDA out of memory. Tried to allocate 2.00 GiB")
 		g, _ := newTestComfy(t, f)
-		_, err := run(t, g, baseJob())
+		_, err := run(t, g, comfyJob())
 		if !IsPermanent(err) || !strings.Contains(err.Error(), "node 3 (KSampler): RuntimeError: CUDA out of memory") {
 			t.Fatalf("execution error: %v", err)
 		}
@@ -228,22 +228,22 @@ func TestComfyUIErrors(t *testing.T) {
 		f.Fail("prompt", providertest.Reply{Status: 429, RetryAfter: "3"}, providertest.Reply{Status: 500, Type: "exception", Message: "boom"})
 		g, _ := newTestComfy(t, f)
 		ctx := context.Background()
-		_, err := g.Submit(ctx, baseJob()) // history 502
+		_, err := g.Submit(ctx, comfyJob()) // history 502
 		if IsPermanent(err) || ErrorClass(err) != ClassUnavailable {
 			t.Fatalf("502: %v", err)
 		}
-		_, err = g.Submit(ctx, baseJob()) // prompt 429
+		_, err = g.Submit(ctx, comfyJob()) // prompt 429
 		if d, ok := RetryAfter(err); IsPermanent(err) || ErrorClass(err) != ClassRateLimited || !ok || d != 3*time.Second {
 			t.Fatalf("429: %v", err)
 		}
-		_, err = g.Submit(ctx, baseJob()) // prompt 500
+		_, err = g.Submit(ctx, comfyJob()) // prompt 500
 		if IsPermanent(err) || !strings.Contains(err.Error(), "boom") {
 			t.Fatalf("500: %v", err)
 		}
-		if _, err := run(t, g, baseJob()); err != nil {
+		if _, err := run(t, g, comfyJob()); err != nil {
 			t.Fatal(err)
 		}
-		if got := f.Submissions(); got[baseJob().Key] != 1 {
+		if got := f.Submissions(); got[comfyJob().Key] != 1 {
 			t.Fatalf("submissions %v", got)
 		}
 	})
@@ -266,7 +266,7 @@ func TestComfyUIErrors(t *testing.T) {
 		// longer than the short one to answer a request), then waited
 		// for by a generator on the same server with a short one.
 		sub, _ := newTestComfy(t, f)
-		ref, err := sub.Submit(context.Background(), baseJob())
+		ref, err := sub.Submit(context.Background(), comfyJob())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -361,4 +361,12 @@ func TestProviderErrorMessages(t *testing.T) {
 			t.Errorf("openai %s: %q %q, want %q", body, msg, code, want)
 		}
 	}
+}
+
+// comfyJob is baseJob with a task id as studio makes them (a lowercase
+// UUID), which ComfyUI requires of a prompt_id.
+func comfyJob() Job {
+	j := baseJob()
+	j.Key = "01920000-0000-7000-8000-000000000001"
+	return j
 }

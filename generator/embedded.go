@@ -6,13 +6,17 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	stdjson "encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"image"
 	"image/png"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -23,7 +27,7 @@ const KindEmbedded = "embedded"
 const (
 	Sketch = "sketch" // pen strokes on light paper
 	Mosaic = "mosaic" // coloured tiles
-	Noop   = "noop"   // a fixed 1x1 PNG, no delay: for benchmarks of the drain loop
+	Noop   = "noop"   // a fixed 1x1 PNG (or params.width x params.height of noise), no delay: for benchmarks
 )
 
 // EmbeddedIDs lists the ids a catalog may give generators of kind embedded.
@@ -60,21 +64,21 @@ func (g *embedded) ID() string { return g.id }
 // job, hence the same reference).
 func (g *embedded) Submit(ctx context.Context, job Job) (string, error) {
 	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("submit: %w", err)
+		return "", err
 	}
 	if job.Attempt < 1 {
-		return "", Permanent(fmt.Errorf("submit %s: attempt %d is not 1-based", job.Key, job.Attempt))
+		return "", Permanent(fmt.Errorf("task %s: attempt %d is not 1-based", job.Key, job.Attempt))
 	}
 	p, err := ParseParams(job.Params)
 	if err != nil {
-		return "", Permanent(fmt.Errorf("submit %s: %w", job.Key, err))
+		return "", Permanent(fmt.Errorf("task %s: %w", job.Key, err))
 	}
 	if job.Attempt <= p.FailAttempts {
-		return "", fmt.Errorf("submit %s: %w (attempt %d of the first %d)", job.Key, ErrSimulated, job.Attempt, p.FailAttempts)
+		return "", fmt.Errorf("task %s: %w (attempt %d of the first %d)", job.Key, ErrSimulated, job.Attempt, p.FailAttempts)
 	}
 	d, err := jobDigest(g.id, job)
 	if err != nil {
-		return "", Permanent(fmt.Errorf("submit %s: %w", job.Key, err))
+		return "", Permanent(fmt.Errorf("task %s: %w", job.Key, err))
 	}
 	return ref{gen: g.id, digest: d, width: p.Width, height: p.Height, delayMS: p.DelayMS}.String(), nil
 }
@@ -94,7 +98,7 @@ func (g *embedded) Wait(ctx context.Context, s string) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("wait: %w", ctx.Err())
+		return ctx.Err()
 	}
 }
 
@@ -105,13 +109,13 @@ func (g *embedded) Fetch(ctx context.Context, s string) (Image, error) {
 		return Image{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Image{}, fmt.Errorf("fetch: %w", err)
+		return Image{}, err
 	}
 	img := image.NewRGBA(image.Rect(0, 0, r.width, r.height))
 	g.render(img, r.digest)
 	b, err := encodePNG(img)
 	if err != nil {
-		return Image{}, fmt.Errorf("fetch: %w", err)
+		return Image{}, fmt.Errorf("encode png: %w", err)
 	}
 	return Image{Bytes: b, ContentType: "image/png", Width: r.width, Height: r.height}, nil
 }
@@ -236,7 +240,13 @@ func parseRef(s string) (ref, error) {
 	return r, nil
 }
 
-// noop is the generator for benchmarks: no params, no delay, one fixed PNG.
+// noop is the generator for benchmarks: no delay, next to no CPU. Its
+// image is a fixed 1x1 PNG, or, when the job's params ask for a width and
+// a height, a PNG of that size whose pixels (noise, stored uncompressed)
+// are made once per size: images differ only by a text chunk holding the
+// digest of the job's inputs (the same inputs, the same bytes, as for every
+// embedded generator), so each costs a copy, not a render. Real sizes for
+// the storage benchmarks, without measuring rendering.
 type noop struct{}
 
 // noopPNG is a 1x1 opaque grey PNG.
@@ -250,23 +260,93 @@ var noopPNG = func() []byte {
 	return b
 }()
 
-// NewNoop returns the noop generator: every job is done at once and its
-// image is the same 1x1 PNG. It ignores params.
+// NewNoop returns the noop generator: every job is done at once. It reads
+// only params.width and params.height (both, or neither).
 func NewNoop() Generator { return noop{} }
 
 // ID implements Generator.
 func (noop) ID() string { return Noop }
 
-// Submit implements Generator.
-func (noop) Submit(ctx context.Context, job Job) (string, error) { return Noop, ctx.Err() }
+// Submit implements Generator: the reference names the size and the job.
+func (noop) Submit(ctx context.Context, job Job) (string, error) {
+	var p struct{ Width, Height int }
+	if len(job.Params) > 0 {
+		if err := stdjson.Unmarshal(job.Params, &p); err != nil {
+			return "", Permanent(fmt.Errorf("noop params: %w", err))
+		}
+	}
+	if p.Width == 0 && p.Height == 0 {
+		return Noop, ctx.Err()
+	}
+	if p.Width < MinSize || p.Width > MaxSize || p.Height < MinSize || p.Height > MaxSize {
+		return "", Permanent(fmt.Errorf("noop params: size %dx%d out of range", p.Width, p.Height))
+	}
+	d, err := jobDigest(Noop, job)
+	if err != nil {
+		return "", Permanent(err)
+	}
+	return fmt.Sprintf("%s/%dx%d/%s", Noop, p.Width, p.Height, hex.EncodeToString(d[:])), ctx.Err()
+}
 
 // Wait implements Generator.
 func (noop) Wait(ctx context.Context, ref string) error { return ctx.Err() }
+
+// noopSized caches, per size, the pixels of sized noop images: the PNG
+// without its signature and IHDR (which come first) split around the
+// place where each job's text chunk goes.
+var noopSized sync.Map // "WxH" -> []byte (IHDR..IEND, whole)
+
+// sizedNoop is a WxH grey PNG of noise (one byte a pixel: 256 KiB at
+// 512x512, the size of a real generated image), stored without
+// compression, with a tEXt chunk holding key (the job's digest): the same
+// size costs one render per process.
+func sizedNoop(w, h int, key string) ([]byte, error) {
+	size := fmt.Sprintf("%dx%d", w, h)
+	v, ok := noopSized.Load(size)
+	if !ok {
+		img := image.NewGray(image.Rect(0, 0, w, h))
+		r := rand.New(rand.NewPCG(uint64(w), uint64(h)))
+		for i := range img.Pix {
+			img.Pix[i] = byte(r.Uint32())
+		}
+		var buf bytes.Buffer
+		if err := (&png.Encoder{CompressionLevel: png.NoCompression}).Encode(&buf, img); err != nil {
+			return nil, fmt.Errorf("encode png: %w", err)
+		}
+		v, _ = noopSized.LoadOrStore(size, buf.Bytes())
+	}
+	base := v.([]byte)
+	// signature (8) + IHDR chunk (4+4+13+4), then the job's tEXt chunk.
+	const head = 8 + 25
+	text := append([]byte("studio-job\x00"), key...)
+	chunk := binary.BigEndian.AppendUint32(nil, uint32(len(text)))
+	chunk = append(chunk, "tEXt"...)
+	chunk = append(chunk, text...)
+	chunk = binary.BigEndian.AppendUint32(chunk, crc32.ChecksumIEEE(chunk[4:]))
+	out := make([]byte, 0, len(base)+len(chunk))
+	out = append(out, base[:head]...)
+	out = append(out, chunk...)
+	return append(out, base[head:]...), nil
+}
 
 // Fetch implements Generator.
 func (noop) Fetch(ctx context.Context, ref string) (Image, error) {
 	if err := ctx.Err(); err != nil {
 		return Image{}, err
+	}
+	if rest, ok := strings.CutPrefix(ref, Noop+"/"); ok {
+		size, key, _ := strings.Cut(rest, "/")
+		ws, hs, _ := strings.Cut(size, "x")
+		w, err1 := strconv.Atoi(ws)
+		h, err2 := strconv.Atoi(hs)
+		if err1 != nil || err2 != nil || w < MinSize || w > MaxSize || h < MinSize || h > MaxSize {
+			return Image{}, Permanent(fmt.Errorf("noop: bad reference %q", ref))
+		}
+		b, err := sizedNoop(w, h, key)
+		if err != nil {
+			return Image{}, err
+		}
+		return Image{Bytes: b, ContentType: "image/png", Width: w, Height: h}, nil
 	}
 	return Image{Bytes: slices.Clone(noopPNG), ContentType: "image/png", Width: 1, Height: 1}, nil
 }

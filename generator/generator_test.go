@@ -480,3 +480,30 @@ func TestConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+// The noop generator asked for a size makes a PNG of that size, whole
+// and decodable, a different one per job, at no render cost.
+func TestNoopSized(t *testing.T) {
+	t.Parallel()
+	_, a := render(t, Noop, Job{Key: "a", Frame: "f01", Attempt: 1, Params: []byte(`{"width":300,"height":200}`)})
+	_, b := render(t, Noop, Job{Key: "b", Frame: "f02", Attempt: 1, Params: []byte(`{"width":300,"height":200}`)})
+	for _, img := range []Image{a, b} {
+		cfg, err := png.DecodeConfig(bytes.NewReader(img.Bytes))
+		if err != nil || cfg.Width != 300 || cfg.Height != 200 || img.Width != 300 || img.Height != 200 {
+			t.Fatalf("sized noop image %dx%d, %v", cfg.Width, cfg.Height, err)
+		}
+		if _, err := png.Decode(bytes.NewReader(img.Bytes)); err != nil {
+			t.Fatalf("sized noop image does not decode: %v", err)
+		}
+		if len(img.Bytes) < 300*200 {
+			t.Fatalf("sized noop image of %d bytes, want the size of its pixels", len(img.Bytes))
+		}
+	}
+	if bytes.Equal(a.Bytes, b.Bytes) {
+		t.Fatal("two frames made the same bytes")
+	}
+	g := NewNoop()
+	if _, err := g.Submit(context.Background(), Job{Key: "c", Params: []byte(`{"width":1,"height":200}`)}); !IsPermanent(err) {
+		t.Fatalf("size out of range: %v", err)
+	}
+}

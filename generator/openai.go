@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -28,11 +29,12 @@ const (
 //
 // The API makes the image in one synchronous call, so the steps are:
 // Submit renders the prompt and the size into the reference (no network
-// call: the reference is all a worker in another process needs); Wait has
-// nothing to wait for; Fetch makes the call, under the task id as
-// Idempotency-Key, and reads data[0].b64_json, or downloads data[0].url.
-// A Fetch done again (a retry, a resumed task) calls again with the same
-// key.
+// call: the reference is all a worker in another process needs); Produce
+// (the wait step) makes the call, under the task id as Idempotency-Key,
+// and answers data[0].b64_json's bytes, or a reference to data[0].url with
+// its expiry, which the worker records; Fetch downloads that URL, as often
+// as it takes, and only a URL that expired or that its host says is gone
+// leads back to Produce.
 type openAI struct {
 	id       string
 	endpoint string
@@ -65,6 +67,7 @@ func newOpenAI(o Options, s Spec) (*openAI, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.genCall = "generate"
 	return &openAI{id: s.ID, endpoint: u.String() + "/images/generations", model: s.Model, size: size, prompt: pt, c: c}, nil
 }
 
@@ -84,7 +87,7 @@ const openAIRefPrefix = "openai:v1:"
 // reference. It calls nothing.
 func (g *openAI) Submit(ctx context.Context, job Job) (string, error) {
 	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("submit: %w", err)
+		return "", err
 	}
 	prompt, err := g.prompt.render(job)
 	if err != nil {
@@ -117,7 +120,7 @@ func (g *openAI) parseRef(ref string) (openAIRef, error) {
 	return r, nil
 }
 
-// Wait implements Generator: the image is made by Fetch's call.
+// Wait implements Generator: the image is made by Produce's call.
 func (g *openAI) Wait(ctx context.Context, ref string) error {
 	if _, err := g.parseRef(ref); err != nil {
 		return err
@@ -125,12 +128,29 @@ func (g *openAI) Wait(ctx context.Context, ref string) error {
 	return ctx.Err()
 }
 
-// Fetch implements Generator: POST {base_url}/images/generations with
-// {"model", "prompt", "n": 1, "size"}, then the image from data[0].
-func (g *openAI) Fetch(ctx context.Context, ref string) (Image, error) {
+// openAIURLTTL is how long an image URL of the Images API serves: "URLs
+// are only valid for 60 minutes after the image has been generated" (the
+// API reference of "Create image", response_format).
+const openAIURLTTL = 60 * time.Minute
+
+// openAIURLRef is what a reference to a made image's URL holds: the URL,
+// its expiry, and the request reference to make it again from.
+type openAIURLRef struct {
+	URL     string `json:"url"`
+	Expires int64  `json:"expires"` // Unix seconds
+	Request string `json:"request"` // the reference Submit answered
+}
+
+const openAIURLRefPrefix = "openai-url:v1:"
+
+// Produce implements Producer: POST {base_url}/images/generations with
+// {"model", "prompt", "n": 1, "size"} under the task id as
+// Idempotency-Key. An answer with data[0].b64_json is the image; one with
+// data[0].url is a reference to it (with its expiry) for Fetch.
+func (g *openAI) Produce(ctx context.Context, ref string) (Produced, error) {
 	r, err := g.parseRef(ref)
 	if err != nil {
-		return Image{}, err
+		return Produced{}, err
 	}
 	body, err := json.Marshal(struct {
 		Model  string `json:"model"`
@@ -139,32 +159,32 @@ func (g *openAI) Fetch(ctx context.Context, ref string) (Image, error) {
 		Size   string `json:"size"`
 	}{g.model, r.Prompt, 1, r.Size})
 	if err != nil {
-		return Image{}, Permanent(err)
+		return Produced{}, Permanent(err)
 	}
 	req, err := http.NewRequest(http.MethodPost, g.endpoint, bytes.NewReader(body))
 	if err != nil {
-		return Image{}, Permanent(err)
+		return Produced{}, Permanent(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("Idempotency-Key", r.Key)
 	_, answer, err := g.c.do(ctx, "generate", req, true, openAIErrorMessage)
 	if err != nil {
-		return Image{}, err
+		return Produced{}, err
 	}
 	var out struct {
-		Data []struct {
+		Created int64 `json:"created"`
+		Data    []struct {
 			B64JSON string `json:"b64_json"`
 			URL     string `json:"url"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(answer, &out); err != nil {
-		return Image{}, g.c.protocolError("generate", "the answer is not the Images API's JSON: %v", err)
+		return Produced{}, g.c.protocolError("generate", "the answer is not the Images API's JSON: %v", err)
 	}
 	if len(out.Data) == 0 {
-		return Image{}, g.c.protocolError("generate", "the answer has no data[0]")
+		return Produced{}, g.c.protocolError("generate", "the answer has no data[0]")
 	}
-	var img []byte
 	switch d := out.Data[0]; {
 	case d.B64JSON != "":
 		// Some compatible servers answer a data: URL instead of bare base64.
@@ -174,32 +194,93 @@ func (g *openAI) Fetch(ctx context.Context, ref string) (Image, error) {
 				b64 = after
 			}
 		}
-		if img, err = base64.StdEncoding.DecodeString(b64); err != nil {
-			return Image{}, g.c.protocolError("generate", "data[0].b64_json is not base64: %v", err)
+		b, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			return Produced{}, g.c.protocolError("generate", "data[0].b64_json is not base64: %v", err)
 		}
+		img, err := imageOf(g.c, "generate", b)
+		if err != nil {
+			return Produced{}, err
+		}
+		return Produced{Image: &img}, nil
 	case d.URL != "":
-		if img, err = g.download(ctx, d.URL); err != nil {
-			return Image{}, err
+		u, err := url.Parse(d.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return Produced{}, g.c.protocolError("generate", "data[0].url is not an http(s) URL")
 		}
-	default:
-		return Image{}, g.c.protocolError("generate", "data[0] has neither b64_json nor url")
+		created := time.Now()
+		if out.Created > 0 && out.Created < created.Unix() {
+			created = time.Unix(out.Created, 0)
+		}
+		b, err := json.Marshal(openAIURLRef{URL: d.URL, Expires: created.Add(openAIURLTTL).Unix(), Request: ref})
+		if err != nil {
+			return Produced{}, Permanent(err)
+		}
+		return Produced{Ref: openAIURLRefPrefix + base64.RawURLEncoding.EncodeToString(b)}, nil
 	}
-	return imageOf(g.c, "generate", img)
+	return Produced{}, g.c.protocolError("generate", "data[0] has neither b64_json nor url")
 }
 
-// download reads an image the answer named by URL. The key is not sent:
-// the URL may be another host's (a storage bucket), and it is signed.
-func (g *openAI) download(ctx context.Context, raw string) ([]byte, error) {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, g.c.protocolError("download", "data[0].url is not an http(s) URL")
+// Fetch implements Generator: it downloads the image a reference from
+// Produce names. A URL past its expiry, or one its host answers 404, 403
+// or 410, is a *LostError that leads back to Produce; other failures leave
+// the URL to a later try. Given a request reference (one recorded before
+// Produce existed), it produces first.
+func (g *openAI) Fetch(ctx context.Context, ref string) (Image, error) {
+	raw, ok := strings.CutPrefix(ref, openAIURLRefPrefix)
+	if !ok {
+		p, err := g.Produce(ctx, ref)
+		switch {
+		case err != nil:
+			return Image{}, err
+		case p.Image != nil:
+			return *p.Image, nil
+		}
+		raw = strings.TrimPrefix(p.Ref, openAIURLRefPrefix)
 	}
-	req, err := http.NewRequest(http.MethodGet, u.String(), nil)
+	var r openAIURLRef
+	b, err := base64.RawURLEncoding.DecodeString(raw)
+	if err == nil {
+		err = json.Unmarshal(b, &r)
+	}
+	if err != nil || r.URL == "" {
+		return Image{}, Permanent(fmt.Errorf("generator %q: bad openai image reference", g.id))
+	}
+	if time.Now().Unix() >= r.Expires {
+		return Image{}, &LostError{Ref: r.Request, Reason: ReasonExpired,
+			Err: fmt.Errorf("generator %q: the image URL expired at %s before it was downloaded; the image is made again",
+				g.id, time.Unix(r.Expires, 0).UTC().Format(time.RFC3339))}
+	}
+	req, err := http.NewRequest(http.MethodGet, r.URL, nil)
 	if err != nil {
-		return nil, g.c.protocolError("download", "data[0].url: %v", err)
+		return Image{}, Permanent(fmt.Errorf("generator %q: image URL: %w", g.id, err))
 	}
+	// The key is not sent: the URL may be another host's (a storage
+	// bucket), and it is signed.
 	_, body, err := g.c.do(ctx, "download", req, false, nil)
-	return body, err
+	var pe *ProviderError
+	if errors.As(err, &pe) && (pe.Status == http.StatusNotFound || pe.Status == http.StatusForbidden || pe.Status == http.StatusGone) {
+		return Image{}, &LostError{Ref: r.Request, Reason: ReasonGone,
+			Err: fmt.Errorf("generator %q: download: the image host answered %d %s: the URL no longer serves the image; it is made again",
+				g.id, pe.Status, http.StatusText(pe.Status))}
+	}
+	if err != nil {
+		return Image{}, err
+	}
+	return imageOf(g.c, "download", body)
+}
+
+// Probe implements Prober: GET {base_url}/models, which every server of
+// the API answers (with the key when one is set).
+func (g *openAI) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	req, err := http.NewRequest(http.MethodGet, strings.TrimSuffix(g.endpoint, "/images/generations")+"/models", nil)
+	if err != nil {
+		return Permanent(err)
+	}
+	_, _, err = g.c.do(ctx, "probe", req, true, openAIErrorMessage)
+	return err
 }
 
 // openAIErrorMessage reads the Images API's error object,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -36,6 +37,9 @@ type caller struct {
 	keyEnv  string
 	key     string // the secret: only ever written into a request header
 	opts    Options
+	// genCall is the call that makes an image (counted in the context's
+	// Calls): "generate" or "submit".
+	genCall string
 }
 
 func newCaller(o Options, s Spec, defaultTimeout time.Duration) (*caller, error) {
@@ -93,17 +97,20 @@ func (c *caller) do(ctx context.Context, call string, req *http.Request, auth bo
 	start := time.Now()
 	resp, body, err := c.send(req)
 	d := time.Since(start)
+	if call == c.genCall && (resp != nil || !refused(err)) {
+		countCall(ctx)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			// Our caller gave up (lease lost, batch canceled, stopping):
 			// not the provider's failure.
-			return nil, nil, fmt.Errorf("%s: %w", call, ctx.Err())
+			return nil, nil, fmt.Errorf("%s: %w", callText(call), ctx.Err())
 		}
 		pe := &ProviderError{Generator: c.gen, Class: ClassNetwork, Err: err,
-			Message: fmt.Sprintf("%s: no answer from %s: %s", call, req.URL.Host, c.scrub(rootCause(err)))}
+			Message: fmt.Sprintf("%s: no answer from %s: %s", callText(call), req.URL.Host, c.scrub(rootCause(err)))}
 		if errors.Is(err, context.DeadlineExceeded) || callCtx.Err() != nil {
 			pe.Class = ClassTimeout
-			pe.Message = fmt.Sprintf("%s: no answer from %s within %s", call, req.URL.Host, c.timeout)
+			pe.Message = fmt.Sprintf("%s: no answer from %s within %s", callText(call), req.URL.Host, c.timeout)
 		}
 		c.opts.observe(c.gen, call, pe.Class, d)
 		return nil, nil, pe
@@ -115,6 +122,17 @@ func (c *caller) do(ctx context.Context, call string, req *http.Request, auth bo
 	pe := c.statusError(call, resp, body, readMsg)
 	c.opts.observe(c.gen, call, pe.Class, d)
 	return nil, nil, pe
+}
+
+// refused reports whether a request failed before it was sent: the
+// connection was refused or its address not found.
+func refused(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns)
 }
 
 // send does the round trip and reads the body (within the timeout).
@@ -147,7 +165,7 @@ func (c *caller) statusError(call string, resp *http.Response, body []byte, read
 	msg = c.scrub(msg)
 	pe := &ProviderError{Generator: c.gen, Status: status}
 	said := func(what string) string {
-		s := fmt.Sprintf("%s: %s answered %d %s", call, resp.Request.URL.Host, status, http.StatusText(status))
+		s := fmt.Sprintf("%s: %s answered %d %s", callText(call), resp.Request.URL.Host, status, http.StatusText(status))
 		if what != "" {
 			s += ": " + what
 		}
@@ -188,7 +206,29 @@ func (c *caller) statusError(call string, resp *http.Response, body []byte, read
 // broken proxy or a provider restarting may cause it.
 func (c *caller) protocolError(call, format string, args ...any) *ProviderError {
 	return &ProviderError{Generator: c.gen, Class: ClassProtocol,
-		Message: call + ": " + c.scrub(fmt.Sprintf(format, args...))}
+		Message: callText(call) + ": " + c.scrub(fmt.Sprintf(format, args...))}
+}
+
+// callTexts name the calls in error texts by their HTTP request, so that
+// a text reads "submit: ... POST /prompt: ..." and never names a step
+// twice (the worker names the step, the generator the request).
+var callTexts = map[string]string{
+	"generate": "POST /images/generations",
+	"download": "image download",
+	"submit":   "POST /prompt",
+	"history":  "GET /history",
+	"queue":    "GET /queue",
+	"view":     "GET /view",
+	"forget":   "POST /history",
+	"probe":    "probe",
+}
+
+// callText is a call's name in error texts.
+func callText(call string) string {
+	if t, ok := callTexts[call]; ok {
+		return t
+	}
+	return call
 }
 
 // scrub removes the key from a text, bounds its length and keeps it

@@ -35,6 +35,10 @@ type Catalog struct {
 type CatalogGenerator struct {
 	ID   string `json:"id"`
 	Kind string `json:"kind"`
+	// Health is "up" or "down" for a remote generator as this process
+	// sees it ("down": its tasks wait, queued), absent for the embedded
+	// ones.
+	Health string `json:"health,omitempty"`
 }
 
 // getCatalog is GET /v1/catalog.

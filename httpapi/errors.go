@@ -5,9 +5,16 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 
+	"studio/blob"
 	"studio/intent"
+	"studio/store"
 )
+
+// assetStoreRetryAfter is the Retry-After, in seconds, of a 503 for an
+// asset store that is down.
+const assetStoreRetryAfter = 5
 
 // statusOf is the one map from domain error code to HTTP status. Handlers
 // never choose an error status themselves: they return a domain error and
@@ -44,7 +51,33 @@ type Problem struct {
 // internal). Internal errors are logged with their details and answered
 // with a generic detail only; other errors are the caller's and are not
 // logged here (the request log line records their status).
+//
+// A dependency fault (store.FaultOf: the database busy, unreachable, full,
+// read-only) is answered by writeFault instead: 503 or 507 with
+// Retry-After, never 500.
 func (s *Server) Error(w http.ResponseWriter, r *http.Request, err error) {
+	if f := store.FaultOf(err); f != nil && intent.ErrorCode(err) == intent.EInternal {
+		s.writeFault(w, r, f)
+		return
+	}
+	if intent.ErrorCode(err) == intent.EInternal {
+		switch {
+		case errors.Is(err, blob.ErrUnavailable):
+			// The object store is down or refusing: a fault to wait out.
+			s.log.LogAttrs(r.Context(), slog.LevelWarn, "asset store unavailable",
+				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+			w.Header().Set("Retry-After", strconv.Itoa(assetStoreRetryAfter))
+			err = intent.Errorf(intent.EUnavailable, "The asset store is unavailable; retry later.")
+		case errors.Is(err, blob.ErrCorrupt):
+			// Stored bytes that fail their SHA-256 (a disk fault, an object
+			// replaced behind studio's back) are refused, never served; an
+			// operator restores them (docs/operations.md).
+			s.log.LogAttrs(r.Context(), slog.LevelError, "asset bytes corrupt",
+				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+			w.Header().Set("Retry-After", strconv.Itoa(assetStoreRetryAfter))
+			err = intent.Errorf(intent.EUnavailable, "The asset's stored bytes fail their SHA-256 check; they are not served.")
+		}
+	}
 	code := intent.ErrorCode(err)
 	status, ok := statusOf[code]
 	if !ok {

@@ -6,9 +6,12 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+
+	"studio/store"
 )
 
 // ctxKey keys the values this package puts in a request's context.
@@ -54,7 +57,9 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &RequestRecord{Method: r.Method}
-		r = r.WithContext(context.WithValue(r.Context(), recordKey, rec)) // a copy: ours to change
+		ctx := context.WithValue(r.Context(), recordKey, rec)
+		ctx = store.WithWait(ctx, s.limits.DBWait) // a 503 past it, not a long hang
+		r = r.WithContext(ctx)                     // a copy: ours to change
 		body := s.guardBody(w, r, start)
 		sw := &statusWriter{ResponseWriter: w, body: body, stall: s.limits.WriteStall}
 		next.ServeHTTP(sw, r)
@@ -77,6 +82,13 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			attrs = append(attrs, slog.String("request_id", rec.RequestID))
 		}
 		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+		if rec.Status < 500 && rec.Fault == "" && usesDatabase(r.URL.Path) {
+			if r.Method == http.MethodGet || r.Method == http.MethodHead {
+				s.outage.ReadOK()
+			} else {
+				s.outage.OK()
+			}
+		}
 		if s.observe != nil {
 			s.observe(*rec)
 		}
@@ -188,4 +200,10 @@ func (w *statusWriter) status() int {
 		return http.StatusOK
 	}
 	return w.code
+}
+
+// usesDatabase says whether a request to path reads the database (so that
+// its success ends an outage): the API's routes and the readiness check.
+func usesDatabase(path string) bool {
+	return strings.HasPrefix(path, "/v1/") || path == "/readyz"
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"studio/intent"
+	"studio/internal/diskfree"
 	"studio/internal/memo"
 	"studio/store"
 )
@@ -53,6 +55,13 @@ type Blobs interface {
 	Open(ctx context.Context, sha256 string) (io.ReadSeekCloser, error)
 }
 
+// Presigner answers short-lived URLs that read asset bytes straight from
+// an object store (s3blob.Store has it); blob.ErrNotFound when the bytes
+// are not where such a URL can reach them.
+type Presigner interface {
+	Presign(ctx context.Context, sha256 string, ttl time.Duration, contentType string) (*url.URL, error)
+}
+
 // Limits bounds what a request may carry.
 type Limits struct {
 	// GenerationBody is the largest POST /v1/generations body in bytes;
@@ -60,6 +69,15 @@ type Limits struct {
 	GenerationBody int64
 	// ReadyTimeout bounds the database check of GET /readyz; 2s by default.
 	ReadyTimeout time.Duration
+	// DBWait bounds a request's wait for the database's write lock (held
+	// by another process, or by this one's writers queued first): past it
+	// the request is answered 503 with Retry-After instead of waiting on.
+	// DefaultDBWait by default; negative leaves the engine's own wait.
+	DBWait time.Duration
+	// MinFree is the free space, in bytes, below which the data volume
+	// (Config.DataDir) makes GET /readyz answer 503; DefaultMinFree by
+	// default, negative turns the check off.
+	MinFree int64
 	// UploadBody is the largest POST /v1/uploads body in bytes; 20 MiB by
 	// default. (POST /v1/publications takes GenerationBody.)
 	UploadBody int64
@@ -77,6 +95,8 @@ type Limits struct {
 const (
 	DefaultGenerationBody = 1 << 20
 	DefaultReadyTimeout   = 2 * time.Second
+	DefaultDBWait         = 3 * time.Second
+	DefaultMinFree        = 64 << 20
 	DefaultBodyTimeout    = 30 * time.Second
 	DefaultWriteStall     = 60 * time.Second
 )
@@ -90,6 +110,11 @@ type Config struct {
 	// Blobs serves asset bytes; without it GET /v1/assets/{id}/content
 	// answers 503.
 	Blobs Blobs
+	// Presign, with PresignTTL, answers asset content with a redirect to
+	// a presigned URL of the object store instead of the bytes (unless
+	// the request says ?redirect=false); nil streams every answer.
+	Presign    Presigner
+	PresignTTL time.Duration
 	// Uploads runs POST /v1/uploads; without it the route answers 503.
 	Uploads Uploads
 	// UploadDir holds upload bodies while they are checked; the system's
@@ -117,11 +142,17 @@ type Config struct {
 	Observe func(RequestRecord)
 	// Catalogs answers GET /v1/catalog; without it the route answers 503.
 	Catalogs Catalogs
+	// GeneratorHealth, when set, answers the remote generators' states for
+	// /readyz (status "degraded" while one is down).
+	GeneratorHealth func() []GeneratorStatus
 	// UI, when set, serves the web studio at / and /ui/ (no token: the
 	// page signs in from the browser; see package web).
 	UI http.Handler
 	// Events tunes the batch event streams; zero fields take defaults.
 	Events Events
+	// DataDir, when set, is the directory whose volume /readyz checks for
+	// at least Limits.MinFree free bytes.
+	DataDir string
 }
 
 // RequestRecord describes one answered request: what the request log line
@@ -138,28 +169,39 @@ type RequestRecord struct {
 	Actor string
 	// RequestID is the intent's request id, when the request carried one.
 	RequestID string
+	// Fault is the kind of dependency fault the request was answered with
+	// (store.FaultKind), "" when none.
+	Fault string
 }
 
 // Server is studio's HTTP API.
 type Server struct {
-	gens      Generations
-	store     Store
-	blobs     Blobs
-	uploads   Uploads
-	uploadDir string
-	pubs      Publications
-	locks     Locks
-	log       *slog.Logger
-	limits    Limits
-	metrics   http.Handler
-	observe   func(RequestRecord)
-	cursors   cursorSigner
-	catalogs  Catalogs
-	ui        http.Handler
-	router    *chi.Mux
+	gens       Generations
+	store      Store
+	blobs      Blobs
+	presign    Presigner
+	presignTTL time.Duration
+	uploads    Uploads
+	uploadDir  string
+	pubs       Publications
+	locks      Locks
+	log        *slog.Logger
+	limits     Limits
+	metrics    http.Handler
+	observe    func(RequestRecord)
+	cursors    cursorSigner
+	catalogs   Catalogs
+	health     func() []GeneratorStatus
+	ui         http.Handler
+	router     *chi.Mux
 	// bodies remembers what intent bodies already answered came to
 	// (serveIntent).
 	bodies *memo.Map[bodyKey, seenBody]
+	// outage logs a run of dependency faults once when it begins and once
+	// when it ends.
+	outage *store.Outage
+	// dataDir is the directory whose volume /readyz checks for free space.
+	dataDir string
 
 	events      Events
 	streamsDone chan struct{} // closed by EndStreams
@@ -183,6 +225,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Limits.ReadyTimeout <= 0 {
 		cfg.Limits.ReadyTimeout = DefaultReadyTimeout
 	}
+	if cfg.Limits.DBWait == 0 {
+		cfg.Limits.DBWait = DefaultDBWait
+	}
+	if cfg.Limits.MinFree == 0 {
+		cfg.Limits.MinFree = DefaultMinFree
+	}
 	if cfg.Limits.BodyTimeout == 0 {
 		cfg.Limits.BodyTimeout = DefaultBodyTimeout
 	}
@@ -202,20 +250,25 @@ func New(cfg Config) (*Server, error) {
 		cfg.Events.Heartbeat = DefaultEventHeartbeat
 	}
 	s := &Server{
-		gens:      cfg.Generations,
-		store:     cfg.Store,
-		blobs:     cfg.Blobs,
-		uploads:   cfg.Uploads,
-		uploadDir: cfg.UploadDir,
-		pubs:      cfg.Publications,
-		locks:     cfg.Locks,
-		log:       cfg.Logger,
-		limits:    cfg.Limits,
-		metrics:   cfg.Metrics,
-		observe:   cfg.Observe,
-		catalogs:  cfg.Catalogs,
-		ui:        cfg.UI,
-		bodies:    memo.New[bodyKey, seenBody](seenBodies),
+		gens:       cfg.Generations,
+		store:      cfg.Store,
+		blobs:      cfg.Blobs,
+		presign:    cfg.Presign,
+		presignTTL: cfg.PresignTTL,
+		uploads:    cfg.Uploads,
+		uploadDir:  cfg.UploadDir,
+		pubs:       cfg.Publications,
+		locks:      cfg.Locks,
+		log:        cfg.Logger,
+		limits:     cfg.Limits,
+		metrics:    cfg.Metrics,
+		observe:    cfg.Observe,
+		catalogs:   cfg.Catalogs,
+		health:     cfg.GeneratorHealth,
+		ui:         cfg.UI,
+		bodies:     memo.New[bodyKey, seenBody](seenBodies),
+		outage:     store.NewOutage(cfg.Logger, "api"),
+		dataDir:    cfg.DataDir,
 
 		events:      cfg.Events,
 		streamsDone: make(chan struct{}),
@@ -340,21 +393,79 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 // readyz answers 200 when the database is reachable with every migration
-// applied, 503 otherwise.
+// applied and the data volume has at least Limits.MinFree bytes free; 503
+// with Retry-After and the reason otherwise.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.limits.ReadyTimeout)
 	defer cancel()
 	if err := s.store.Ping(ctx); err != nil {
-		// Not an internal error of this request: the database is down or
-		// behind. Log why, answer without the details.
+		if f := store.FaultOf(err); f != nil {
+			s.writeFault(w, r, f)
+			return
+		}
+		// Not an internal error of this request: the database is down,
+		// slow or behind. Log why, answer without the details.
 		s.log.LogAttrs(r.Context(), slog.LevelWarn, "not ready", slog.String("error", err.Error()))
-		s.Error(w, r, intent.Errorf(intent.EUnavailable, "The database is not ready."))
+		w.Header().Set("Retry-After", "5")
+		detail := "The database is not ready."
+		if ctx.Err() != nil && r.Context().Err() == nil {
+			detail = fmt.Sprintf("The database did not answer within %v.", s.limits.ReadyTimeout)
+		}
+		s.Error(w, r, intent.Errorf(intent.EUnavailable, "%s", detail))
 		return
 	}
-	s.ok(w, r, http.StatusOK, status{Status: "ok"})
+	if s.dataDir != "" && s.limits.MinFree > 0 {
+		free, err := diskfree.Bytes(s.dataDir)
+		if err == nil && free < uint64(s.limits.MinFree) {
+			w.Header().Set("Retry-After", "60")
+			s.Error(w, r, intent.Errorf(intent.EUnavailable, "The data volume has %s free, below the floor of %s.",
+				sizeText(free), sizeText(uint64(s.limits.MinFree))))
+			return
+		}
+	}
+	st := status{Status: "ok"}
+	if s.health != nil {
+		// A remote generator that is down degrades the service but does
+		// not make it unready: its tasks wait, the others run.
+		st.Generators = s.health()
+		for _, g := range st.Generators {
+			if g.State != "up" {
+				st.Status = "degraded"
+			}
+		}
+	}
+	s.ok(w, r, http.StatusOK, st)
+}
+
+// sizeText writes a byte count for people: 12.5 MiB.
+func sizeText(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }
 
 // status is the body of /healthz and /readyz.
 type status struct {
+	// Status is "ok", or (readyz) "degraded" when a remote generator is
+	// down.
 	Status string `json:"status"`
+	// Generators are the remote generators' states (readyz).
+	Generators []GeneratorStatus `json:"generators,omitempty"`
+}
+
+// GeneratorStatus is how one remote generator stands: state "up", or
+// "down" while it does not answer (its circuit breaker is open and its
+// tasks wait, queued), since when, and the last error while down.
+type GeneratorStatus struct {
+	ID    string    `json:"id"`
+	State string    `json:"state"`
+	Since time.Time `json:"since"`
+	Error string    `json:"error,omitempty"`
 }

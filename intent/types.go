@@ -100,6 +100,14 @@ type Task struct {
 	AssetID    *string   `json:"asset_id"`
 	Error      *string   `json:"error"`
 	UpdatedAt  time.Time `json:"updated_at"`
+	// GenerationCalls counts the paid generation calls the task made of
+	// its generator, over all its attempts.
+	GenerationCalls int `json:"generation_calls"`
+	// History notes what happened to the task beyond its state: a prompt
+	// the provider lost and that was submitted again, an image URL that
+	// expired, an image of another size than asked. Oldest first; never
+	// null.
+	History []string `json:"history"`
 }
 
 // Asset is a stored image: made by a task, or uploaded by a client.

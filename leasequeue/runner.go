@@ -249,6 +249,21 @@ type Session struct {
 	// avgRun is a moving average of how long items take to run (ns),
 	// reported by the handler; it sizes how far ahead the runner claims.
 	avgRun atomic.Int64
+	// outage logs a database outage once when it begins, once when it
+	// ends.
+	outage *store.Outage
+}
+
+// Fault tells the session of a database fault a handler met (it is
+// logged once per outage, not once per item), and says whether err is
+// one. A handler hands such an item back rather than failing it: a fault
+// of the database is not the item's.
+func (s *Session) Fault(err error) bool {
+	f := store.FaultOf(err)
+	if f != nil && s != nil {
+		s.outage.Fault(f)
+	}
+	return f != nil
 }
 
 // Background lives until every item of the session has ended: the context
@@ -318,7 +333,7 @@ func newRun[T any](base context.Context, cfg Config, h Handler[T], st *stats) *r
 	r := &run[T]{
 		cfg:      cfg,
 		h:        h,
-		s:        &Session{stopCh: make(chan struct{})},
+		s:        &Session{stopCh: make(chan struct{}), outage: store.NewOutage(cfg.Logger, cfg.Owner)},
 		done:     make(chan struct{}),
 		held:     map[string]*held[T]{},
 		wake:     make(chan struct{}, 1),
@@ -538,10 +553,16 @@ func (r *run[T]) fetchLoop() {
 		}
 		items, err := r.h.Claim(r.s.bg, r.cfg.Owner, room, r.cfg.LeaseTTL)
 		r.stats.claims.Add(1)
-		if err != nil {
-			r.cfg.Logger.Warn("claim failed", "err", err)
-		} else if len(items) == 0 {
+		if err == nil && len(items) == 0 {
 			r.stats.empty.Add(1)
+		}
+		switch {
+		case err == nil:
+			r.s.outage.OK()
+		case r.s.Fault(err):
+			// Logged once per outage; the wait below grows to PollMax.
+		case r.s.bg.Err() == nil:
+			r.cfg.Logger.Warn("claim failed", "err", err)
 		}
 		if len(items) == 0 {
 			if !r.sleep(Jitter(idle)) {
@@ -654,7 +675,7 @@ func (r *run[T]) renewOnce() {
 		lost, canceled, err := r.h.Renew(rctx, r.cfg.Owner, items, r.cfg.LeaseTTL)
 		cancel()
 		if err != nil {
-			if r.s.bg.Err() == nil {
+			if r.s.bg.Err() == nil && !r.s.Fault(err) {
 				r.cfg.Logger.Warn("lease renewal failed", "leases", len(items), "err", err)
 			}
 		} else {

@@ -18,7 +18,9 @@ import (
 	"database/sql"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,6 +76,7 @@ type Metrics struct {
 	leasesLost     prometheus.Counter
 	lockWait       *prometheus.HistogramVec
 	lockHold       *prometheus.HistogramVec
+	faults         *prometheus.CounterVec
 }
 
 // New returns a registry with studio's instruments and the Go runtime and
@@ -116,13 +119,20 @@ func New() *Metrics {
 			"Time from asking for a lock to holding it, by lock.", "lock"),
 		lockHold: hist("lock_hold_seconds",
 			"Time a lock was held, by lock.", "lock"),
+		faults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "database_faults_total",
+			Help: "Requests answered 503 or 507 for a fault of the database or its volume, by kind: " + strings.Join(FaultKinds, ", ") + ".",
+		}, []string{"kind"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.requests, m.requestSeconds, m.intents, m.planSeconds, m.commitSeconds,
-		m.attempts, m.leasesLost, m.lockWait, m.lockHold,
+		m.attempts, m.leasesLost, m.lockWait, m.lockHold, m.faults,
 	)
+	for _, k := range FaultKinds {
+		m.faults.WithLabelValues(k)
+	}
 	for _, op := range []string{intent.OpGeneration} {
 		for _, o := range intentOutcomes {
 			m.intents.WithLabelValues(op, string(o))
@@ -198,6 +208,48 @@ func (m *Metrics) Intent(operation string, outcome intent.Outcome) {
 // Attempt counts one ended task attempt (one of the Attempt* outcomes).
 func (m *Metrics) Attempt(outcome string) {
 	m.attempts.WithLabelValues(outcome).Inc()
+}
+
+// FaultKinds are the kind label values of studio_database_faults_total
+// (store.FaultKinds; this package imports no store).
+var FaultKinds = []string{"busy", "unreachable", "full", "read_only", "io"}
+
+// Fault counts one request answered for a fault of the database of kind
+// (one of FaultKinds; any other counts as "io").
+func (m *Metrics) Fault(kind string) {
+	if !slices.Contains(FaultKinds, kind) {
+		kind = "io"
+	}
+	m.faults.WithLabelValues(kind).Inc()
+}
+
+// FreeBytes reports studio_data_volume_free_bytes, read from free at each
+// scrape: the bytes an unprivileged writer may still use on the volume
+// holding the data directory.
+func (m *Metrics) FreeBytes(free func() (uint64, error)) error {
+	c := &freeCollector{free: free, desc: prometheus.NewDesc(
+		prometheus.BuildFQName(Namespace, "", "data_volume_free_bytes"),
+		"Free bytes of the volume holding the data directory, read at scrape time.", nil, nil)}
+	if err := m.reg.Register(c); err != nil {
+		return fmt.Errorf("register free bytes: %w", err)
+	}
+	return nil
+}
+
+type freeCollector struct {
+	desc *prometheus.Desc
+	free func() (uint64, error)
+}
+
+func (c *freeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *freeCollector) Collect(ch chan<- prometheus.Metric) {
+	n, err := c.free()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n))
 }
 
 // LeaseLost counts one task lease found lost.

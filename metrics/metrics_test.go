@@ -273,11 +273,11 @@ func TestNamesLint(t *testing.T) {
 func TestGeneratorCalls(t *testing.T) {
 	t.Parallel()
 	m := metrics.New()
-	g, err := m.Generators([]string{"gpt", "comfy"}, []string{"timeout", "rate_limited"})
+	g, err := m.Generators([]string{"gpt", "comfy"}, []string{"timeout", "rate_limited"}, []string{"lost"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Generators([]string{"gpt"}, nil); err == nil {
+	if _, err := m.Generators([]string{"gpt"}, nil, nil); err == nil {
 		t.Fatal("registering the generator metrics twice passed")
 	}
 	url := serve(t, m)

@@ -203,7 +203,7 @@ func (h *items) Renew(ctx context.Context, owner string, its []store.ClaimedItem
 
 // Run hands the item to its channel and records how it ended, with its
 // fence.
-func (h *items) Run(ctx context.Context, _ *leasequeue.Session, it store.ClaimedItem) {
+func (h *items) Run(ctx context.Context, sess *leasequeue.Session, it store.ClaimedItem) {
 	log := h.log.With("item", it.ItemID, "publication", it.PublicationID, "channel", it.Channel, "attempt", it.Attempt)
 	err := h.publish(ctx, it)
 	lost := errors.Is(context.Cause(ctx), store.ErrLeaseLost)
@@ -217,6 +217,8 @@ func (h *items) Run(ctx context.Context, _ *leasequeue.Session, it store.Claimed
 	case err == nil:
 		lerr, cerr := h.completions.Do(it.ItemLease)
 		switch {
+		case sess.Fault(cerr):
+			return // logged once per outage; the lease will expire and the item run again
 		case cerr != nil:
 			log.Error("record a published item", "err", cerr)
 			return
@@ -226,9 +228,13 @@ func (h *items) Run(ctx context.Context, _ *leasequeue.Session, it store.Claimed
 			outcome = OutcomeSucceeded
 			log.Debug("item published")
 		}
-	case errors.Is(context.Cause(ctx), leasequeue.ErrStopping):
+	case errors.Is(context.Cause(ctx), leasequeue.ErrStopping), sess.Fault(err):
+		// Stopping, or the database (the disk) failed and not the item:
+		// hand it back, which does not count against its attempts.
 		errs, rerr := h.cfg.Store.ReleaseItems(sctx, []store.ItemLease{it.ItemLease})
 		switch {
+		case sess.Fault(rerr):
+			return // logged once per outage; the lease will expire
 		case rerr != nil:
 			log.Error("hand back an item", "err", rerr)
 			return
@@ -245,6 +251,8 @@ func (h *items) Run(ctx context.Context, _ *leasequeue.Session, it store.Claimed
 		switch {
 		case errors.Is(ferr, store.ErrLeaseLost):
 			outcome = OutcomeLost
+		case sess.Fault(ferr):
+			return // logged once per outage; the lease will expire and the item run again
 		case ferr != nil:
 			log.Error("record a failed item", "err", ferr, "failure", err)
 			return

@@ -10,6 +10,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"studio/intent"
@@ -152,6 +153,10 @@ type ClaimParams struct {
 	// MaxAttempts fails, instead of claiming, an expired task that has used
 	// this many attempts (graceful releases not counted); 0 means no limit.
 	MaxAttempts int
+	// SkipGenerators names generators whose queued tasks are not claimed
+	// (their circuit breaker is open): they stay queued, and other
+	// generators' tasks are claimed as if they were not there.
+	SkipGenerators []string
 }
 
 // ClaimedTask is a task under a fresh lease, with what its generator needs.
@@ -199,7 +204,17 @@ type StepSave struct {
 	Lease
 	Step        string
 	ProviderRef string
+	// Calls is how many paid generation calls were made since the task's
+	// last record of them: added to its generation_calls.
+	Calls int
+	// Note, when not empty, is appended to the task's history (a line
+	// such as "attempt 2: the provider lost prompt X; submitted again").
+	Note string
 }
+
+// MaxHistory bounds a task's history: the oldest lines past it are
+// dropped.
+const MaxHistory = 20
 
 // Completion is a task's result: the asset to record (its id, sha256,
 // type, size and dimensions; actor and task come from the task).
@@ -229,4 +244,27 @@ type Failure struct {
 	MaxAttempts int
 	// Backoff is how long the task waits before it is claimable again.
 	Backoff time.Duration
+}
+
+// HistoryLine is a note as a task's history column holds it: one line
+// (newlines in it become spaces) ended by a newline; "" for no note.
+func HistoryLine(note string) string {
+	note = strings.TrimSpace(strings.ReplaceAll(strings.ReplaceAll(note, "\r", " "), "\n", " "))
+	if note == "" {
+		return ""
+	}
+	return note + "\n"
+}
+
+// HistoryLines reads a task's history column: its last MaxHistory lines,
+// oldest first, never nil.
+func HistoryLines(col string) []string {
+	lines := strings.Split(strings.TrimSuffix(col, "\n"), "\n")
+	if col == "" {
+		return []string{}
+	}
+	if len(lines) > MaxHistory {
+		lines = lines[len(lines)-MaxHistory:]
+	}
+	return lines
 }

@@ -40,9 +40,29 @@ const (
 	StepNew = ""
 	// StepSubmitted: the generator took the job; the reference is stored.
 	StepSubmitted = "submitted"
-	// StepWaited: the job is done; the image can be fetched.
+	// StepWaited: the job is done; the image can be fetched (for a
+	// generator.Producer: the reference is the image's URL).
 	StepWaited = "waited"
+	// StepStored: the image is in the blob store (a paid answer that
+	// carried the bytes); the reference holds its address and size.
+	StepStored = "stored"
 )
+
+// Spend hears what tasks bought of their generators, for metrics: images
+// stored, and paid results thrown away (with a generator.Discard* reason).
+// Its methods must not block.
+type Spend interface {
+	// Stored: one image of the generator went to the blob store.
+	Stored(generator string)
+	// Discarded: one paid result of the generator was thrown away.
+	Discarded(generator, reason string)
+}
+
+// noSpend is the Spend of a pool without metrics.
+type noSpend struct{}
+
+func (noSpend) Stored(string)            {}
+func (noSpend) Discarded(string, string) {}
 
 // Outcome is how one attempt at a task ended, for Config.Observe. Its
 // values are the metric label values of studio_attempts_total.
@@ -94,6 +114,14 @@ type Config struct {
 	// Observe, when set, is told how each attempt this pool ran ended: one
 	// of the Outcome values (for metrics). It must not block.
 	Observe func(outcome Outcome)
+	// Spend, when set, hears of images stored and paid results thrown
+	// away, per generator.
+	Spend Spend
+	// Breakers, when set, hold the tasks of a generator that is down: a
+	// task that fails with an outage error is handed back (queued again,
+	// no attempt spent) instead of failed, and while the generator's
+	// breaker is open claims skip its tasks.
+	Breakers *Breakers
 	// Logger gets what the pool does; nil discards.
 	Logger *slog.Logger
 	// Owner names this pool's leases; random by default.
@@ -160,6 +188,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.Observe == nil {
 		out.Observe = func(Outcome) {}
+	}
+	if out.Spend == nil {
+		out.Spend = noSpend{}
 	}
 	if out.NewID == nil {
 		out.NewID = intent.NewID

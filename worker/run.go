@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -16,6 +17,11 @@ import (
 // errHandBack: the pool is stopping and the task is between steps (or
 // still waiting for its turn): its lease is handed back.
 var errHandBack = errors.New("worker: handing the lease back")
+
+// errGeneratorDown: the task's generator is down (its breaker open, or
+// this try failed with an outage error): the lease is handed back and the
+// task waits, queued, without spending an attempt.
+var errGeneratorDown = errors.New("generator down")
 
 // storeTimeout bounds the writes that end a task (failure, release) made
 // after its own context ended.
@@ -38,12 +44,46 @@ type taskRun struct {
 	// unrecorded is the step reached but not recorded yet (task goroutine
 	// only).
 	unrecorded *store.StepSave
+	// calls counts this try's paid generation calls; savedCalls is how
+	// many of them a step record carried to the task already.
+	calls      generator.Calls
+	callsMu    sync.Mutex
+	savedCalls int
+	// step and ref are where the task is (recorded or not).
+	step, ref string
+	// stored: this try stored the image (the call was not thrown away).
+	stored bool
+}
+
+// takeCalls answers the calls not yet carried by a step record, and
+// counts them as carried.
+func (tr *taskRun) takeCalls() int {
+	tr.callsMu.Lock()
+	defer tr.callsMu.Unlock()
+	n := tr.calls.N() - tr.savedCalls
+	tr.savedCalls += n
+	return n
+}
+
+// unsavedCalls answers the calls no step record carried yet.
+func (tr *taskRun) unsavedCalls() int {
+	tr.callsMu.Lock()
+	defer tr.callsMu.Unlock()
+	return tr.calls.N() - tr.savedCalls
+}
+
+// giveBack returns calls a failed step record did not carry.
+func (tr *taskRun) giveBack(n int) {
+	tr.callsMu.Lock()
+	defer tr.callsMu.Unlock()
+	tr.savedCalls -= n
 }
 
 // Claim leases up to limit tasks, and reads each batch's spec once.
 func (h *tasks) Claim(ctx context.Context, owner string, limit int, ttl time.Duration) ([]*taskRun, error) {
 	cs, err := h.cfg.Store.ClaimTasks(ctx, store.ClaimParams{
 		Owner: owner, Limit: limit, TTL: ttl, MaxAttempts: h.cfg.MaxAttempts,
+		SkipGenerators: h.cfg.Breakers.Skip(),
 	})
 	if err != nil {
 		return nil, err
@@ -130,8 +170,8 @@ func (h *tasks) sweepLoop(ctx context.Context) {
 		switch {
 		case err != nil && ctx.Err() == nil:
 			h.cfg.Logger.Warn("blob sweep failed", "err", err)
-		case err == nil && (res.Removed > 0 || res.Leftovers > 0):
-			h.cfg.Logger.Info("blob sweep", "removed", res.Removed, "kept", res.Kept, "leftovers", res.Leftovers)
+		case err == nil && (res.Removed > 0 || res.Leftovers > 0 || res.Purged > 0):
+			h.cfg.Logger.Info("blob sweep", "removed", res.Removed, "kept", res.Kept, "leftovers", res.Leftovers, "purged", res.Purged)
 		}
 		t.Reset(h.cfg.SweepEvery)
 	}

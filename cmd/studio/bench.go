@@ -1,17 +1,25 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime/pprof"
+	"sync"
+	"syscall"
 	"time"
 
 	"studio/bench"
 	"studio/locks"
 	"studio/locks/redislock"
+	"studio/store/postgres"
 )
 
 // runBench is `studio bench`: flags to a bench.Config, the results to
@@ -159,7 +167,97 @@ func benchConfig(cfg Config, e *engine, redisURL string) (bench.Config, func()) 
 		Serve:       func(ctx context.Context) (string, func() error, error) { return benchServe(ctx, cfg, nil) },
 		ServeShared: func(ctx context.Context) (string, func() error, error) { return benchServe(ctx, cfg, e) },
 		Wake:        e.wake,
+		Assets:      cfg.Assets,
+		Workers: func(ctx context.Context, n int, assets string) (func() error, error) {
+			return startBenchWorkers(ctx, cfg, n, assets)
+		},
+		WALPosition: func() func(context.Context) (int64, error) {
+			pg, ok := e.store.(*postgres.Store)
+			if !ok {
+				return nil
+			}
+			return func(ctx context.Context) (int64, error) {
+				var pos int64
+				if err := pg.Pool().QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0')::bigint`).Scan(&pos); err != nil {
+					return 0, fmt.Errorf("read the WAL position: %w", err)
+				}
+				return pos, nil
+			}
+		}(),
 	}, closeAll
+}
+
+// benchWorkerBinary is the studio binary the bench starts worker
+// processes from: this one (tests set the binary they built).
+var benchWorkerBinary = os.Executable
+
+// startBenchWorkers starts n `studio worker` processes on cfg's database,
+// 4 tasks at once each, with STUDIO_ASSETS=assets, and waits until each
+// has started its workers. The function it answers stops them (SIGTERM)
+// and waits for their exit.
+func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (func() error, error) {
+	bin, err := benchWorkerBinary()
+	if err != nil {
+		return nil, err
+	}
+	// The workers run the noop generator, which the embedded catalog
+	// leaves out.
+	catalog := filepath.Join(cfg.Data, "bench-catalog.json")
+	if err := os.WriteFile(catalog, []byte(`{"generators":[{"id":"noop","kind":"embedded"}],"routes":{"auto":["noop"]}}`), 0o600); err != nil {
+		return nil, err
+	}
+	var cmds []*exec.Cmd
+	stop := func() error {
+		var errs []error
+		for _, c := range cmds {
+			c.Process.Signal(syscall.SIGTERM)
+		}
+		for _, c := range cmds {
+			if err := c.Wait(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for range n {
+		dir, err := os.MkdirTemp(cfg.Data, "worker-")
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		c := exec.CommandContext(ctx, bin, "worker", "--database", cfg.Database, "--data", dir, "--concurrency", "4", "--catalog", catalog)
+		c.Env = append(os.Environ(), "STUDIO_ASSETS="+assets, "STUDIO_LOG_LEVEL=info")
+		logs, err := c.StderrPipe()
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		if err := c.Start(); err != nil {
+			stop()
+			return nil, fmt.Errorf("start %s worker: %w", bin, err)
+		}
+		cmds = append(cmds, c)
+		started := make(chan struct{})
+		go func() {
+			sc := bufio.NewScanner(logs)
+			once := sync.Once{}
+			for sc.Scan() {
+				if bytes.Contains(sc.Bytes(), []byte(`"msg":"workers started"`)) {
+					once.Do(func() { close(started) })
+				}
+			}
+		}()
+		select {
+		case <-started:
+		case <-time.After(time.Minute):
+			stop()
+			return nil, errors.New("a worker process did not start within a minute")
+		case <-ctx.Done():
+			stop()
+			return nil, ctx.Err()
+		}
+	}
+	return stop, nil
 }
 
 // benchServe starts the whole program serving HTTP on loopback with no

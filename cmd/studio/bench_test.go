@@ -114,7 +114,7 @@ func TestBenchTableAndOps(t *testing.T) {
 	if code := run(context.Background(), []string{"bench", "--ops", "commit,nope"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `no operation "nope"`) {
 		t.Fatalf("unknown op: exit %d, %q", code, stderr.String())
 	}
-	for list, want := range map[string]int{"": len(bench.Ops()), "commit": 3, "lock_hold,commit_600": 4, "drain": 2, "replay": 1} {
+	for list, want := range map[string]int{"": len(bench.Ops()) - 2, "assets": 2, "commit": 3, "lock_hold,commit_600": 4, "drain": 2, "replay": 1} {
 		ops, err := bench.Select(list)
 		if err != nil || len(ops) != want {
 			t.Errorf("selectOps(%q): %d ops, %v; want %d", list, len(ops), err, want)

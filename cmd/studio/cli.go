@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -440,10 +441,40 @@ type waitProgress struct {
 	last     string
 	drawn    bool
 	polling  bool
+	// errs are the distinct task errors seen, in order, each with the
+	// tasks that had it.
+	errs     []string
+	errTasks map[string]map[string]bool
 }
 
 func newWaitProgress(w io.Writer, terminal bool) *waitProgress {
-	return &waitProgress{w: w, terminal: terminal, start: time.Now(), started: -1}
+	return &waitProgress{w: w, terminal: terminal, start: time.Now(), started: -1, errTasks: map[string]map[string]bool{}}
+}
+
+// errorKey is a task error with what differs from task to task taken out
+// ("attempt N: ", ids), so that one cause reads as one error.
+func errorKey(msg string) string {
+	if rest, ok := strings.CutPrefix(msg, "attempt "); ok {
+		if _, after, ok := strings.Cut(rest, ": "); ok {
+			msg = after
+		}
+	}
+	return uuidRE.ReplaceAllString(msg, "<id>")
+}
+
+var uuidRE = regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`)
+
+// seeError counts a task's error; it answers whether the error is new.
+func (p *waitProgress) seeError(taskID, msg string) bool {
+	k := errorKey(msg)
+	tasks, ok := p.errTasks[k]
+	if !ok {
+		tasks = map[string]bool{}
+		p.errTasks[k] = tasks
+		p.errs = append(p.errs, k)
+	}
+	tasks[taskID] = true
+	return !ok
 }
 
 func (p *waitProgress) update(ev apiclient.Progress) {
@@ -467,7 +498,11 @@ func (p *waitProgress) update(ev apiclient.Progress) {
 				msg += fmt.Sprintf(" (attempt %d)", t.Attempts)
 			}
 			if t.Error != nil && t.State != apiclient.StateSucceeded {
-				msg += ": " + *t.Error
+				if p.seeError(t.ID, *t.Error) {
+					msg += ": " + *t.Error
+				} else {
+					msg += ": (the same error as before)"
+				}
 			}
 			p.line(msg)
 			return
@@ -478,6 +513,9 @@ func (p *waitProgress) update(ev apiclient.Progress) {
 			p.last = s
 		}
 		return
+	}
+	if t := ev.Task; t != nil && t.Error != nil && t.State != apiclient.StateSucceeded {
+		p.seeError(t.ID, *t.Error)
 	}
 	const width = 30
 	total := max(b.TaskCount, 1)
@@ -514,9 +552,19 @@ func (p *waitProgress) line(s string) {
 	fmt.Fprintln(p.w, s)
 }
 
+// finish ends the bar and prints each distinct task error once, with the
+// number of tasks that had it.
 func (p *waitProgress) finish() {
 	if p.drawn {
 		fmt.Fprint(p.w, "\n")
+		p.drawn = false
+	}
+	if len(p.errs) == 0 {
+		return
+	}
+	fmt.Fprintln(p.w, "task errors (each once, with the number of tasks that had it):")
+	for _, k := range p.errs {
+		fmt.Fprintf(p.w, "  %d x %s\n", len(p.errTasks[k]), k)
 	}
 }
 

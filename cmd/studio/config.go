@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"studio/blob/s3blob"
 )
 
 // Config is everything the commands read from flags and the environment.
@@ -31,10 +33,19 @@ type Config struct {
 	Synchronous   string
 	Grace         time.Duration
 	WebhookURL    string
+	// Assets is where asset bytes go: empty for the engine's own store
+	// (files under --data on SQLite, the blobs table on PostgreSQL), or an
+	// s3:// URL of S3-compatible object storage.
+	Assets string
+	// AssetsRedirect, when positive, answers asset content in the object
+	// store with a redirect to a presigned URL valid this long.
+	AssetsRedirect time.Duration
 	// Limits (limits.go).
 	BodyTimeout     time.Duration
 	WriteStall      time.Duration
 	MaxUploadPixels int64
+	DBWait          time.Duration
+	MinFreeMiB      int64
 }
 
 // DefaultConfig is the configuration with no flags and no environment.
@@ -64,11 +75,12 @@ const (
 	cmdMigrate
 	cmdToken
 	cmdBench
+	cmdAssets
 
 	// processes are the long-running commands: serve and worker.
 	processes = cmdServe | cmdWorker
 	// everyCommand is every command that opens the database.
-	everyCommand = processes | cmdMigrate | cmdToken | cmdBench
+	everyCommand = processes | cmdMigrate | cmdToken | cmdBench | cmdAssets
 )
 
 // commandNames names each command as its flag set does ("studio NAME").
@@ -78,6 +90,7 @@ var commandNames = map[commands]string{
 	cmdMigrate: "migrate",
 	cmdToken:   "token create",
 	cmdBench:   "bench",
+	cmdAssets:  "assets copy",
 }
 
 // flagDef is one flag of the table: its name, its environment variable,
@@ -126,12 +139,20 @@ var flags = []flagDef{
 		"on SIGTERM, how long running steps may take before their leases are handed back"},
 	{"webhook-url", "STUDIO_WEBHOOK_URL", processes, func(c *Config) any { return &c.WebhookURL },
 		"URL the webhook publication channel POSTs each item to; empty = no webhook channel"},
+	{"assets", "STUDIO_ASSETS", processes | cmdBench | cmdAssets, func(c *Config) any { return &c.Assets },
+		"where asset bytes go: empty = files under --data on SQLite, the blobs table on PostgreSQL; s3://BUCKET/PREFIX?endpoint=URL&region=R = S3-compatible object storage (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws/credentials)"},
+	{"assets-redirect", "STUDIO_ASSETS_REDIRECT", cmdServe, func(c *Config) any { return &c.AssetsRedirect },
+		"with --assets s3://..., answer asset content with a redirect to a presigned URL valid this long (e.g. 5m); 0 = stream it through studio"},
 	{"body-timeout", "STUDIO_BODY_TIMEOUT", cmdServe, func(c *Config) any { return &c.BodyTimeout },
 		"time to read a request body; slower is 408 and the connection closed; 0 = no limit"},
 	{"write-stall", "STUDIO_WRITE_STALL", cmdServe, func(c *Config) any { return &c.WriteStall },
 		"an answer whose write makes no progress this long is cut; 0 = no limit"},
 	{"max-upload-pixels", "STUDIO_MAX_UPLOAD_PIXELS", cmdServe, func(c *Config) any { return &c.MaxUploadPixels },
 		"largest uploaded image, in pixels (width x height)"},
+	{"db-wait", "STUDIO_DB_WAIT", cmdServe, func(c *Config) any { return &c.DBWait },
+		"longest a request waits for the database's write lock; then 503 with Retry-After; 0 = SQLite's 10s busy timeout"},
+	{"min-free-mib", "STUDIO_MIN_FREE_MIB", cmdServe, func(c *Config) any { return &c.MinFreeMiB },
+		"/readyz answers 503 while the data directory's volume has less free, in MiB; 0 = no check"},
 }
 
 // newFlagSet declares on cfg the flags of the table that cmd accepts, with
@@ -205,6 +226,12 @@ func (c *Config) validate() error {
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Assets != "" && !s3blob.IsURL(c.Assets) {
+		errs = append(errs, fmt.Errorf("--assets must be empty or an s3:// URL, not %q", c.Assets))
+	}
+	if c.AssetsRedirect < 0 || (c.AssetsRedirect > 0 && c.Assets == "") {
+		errs = append(errs, errors.New("--assets-redirect needs --assets s3://... and a positive duration"))
 	}
 	errs = append(errs, c.validateFlags()...)
 	return errors.Join(errs...)

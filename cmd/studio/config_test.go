@@ -101,7 +101,7 @@ func TestFlagTableParses(t *testing.T) {
 func TestCommandsTakeTheTablesFlags(t *testing.T) {
 	args := map[commands][]string{
 		cmdServe: {"serve"}, cmdWorker: {"worker"}, cmdMigrate: {"migrate"},
-		cmdToken: {"token", "create"}, cmdBench: {"bench"},
+		cmdToken: {"token", "create"}, cmdBench: {"bench"}, cmdAssets: {"assets", "copy"},
 	}
 	listed := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`)
 	for cmd, a := range args {

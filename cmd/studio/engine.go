@@ -7,6 +7,7 @@ import (
 
 	"studio/bench"
 	"studio/blob"
+	"studio/blob/s3blob"
 	"studio/locks"
 	"studio/locks/pglock"
 	"studio/locks/sqlitelock"
@@ -29,7 +30,8 @@ type engine struct {
 	lockStore func(context.Context) (locks.Store, error)
 	// blobs opens the store of asset bytes: files under DATA/assets on
 	// SQLite; the database on PostgreSQL, since its processes share no
-	// disk. Only processes that serve or run work open it.
+	// disk; object storage on either with --assets s3://... Only processes
+	// that serve or run work open it.
 	blobs func() (blob.Store, error)
 	// collect registers the collectors that read the database with the
 	// process's metrics: its connection pools and its tasks by state.
@@ -47,18 +49,36 @@ type engine struct {
 
 // openEngine opens the configured database and applies pending migrations.
 func openEngine(ctx context.Context, cfg Config) (*engine, error) {
+	var e *engine
 	if cfg.isPostgres() {
 		s, err := postgres.Open(ctx, postgres.Config{URL: cfg.Database})
 		if err != nil {
 			return nil, fmt.Errorf("open database: %w", err)
 		}
-		return postgresEngine(s), nil
+		e = postgresEngine(s)
+	} else {
+		s, err := sqlite.Open(ctx, sqlite.Config{Path: cfg.sqlitePath(), Synchronous: cfg.Synchronous})
+		if err != nil {
+			return nil, fmt.Errorf("open database: %w", err)
+		}
+		e = sqliteEngine(s, cfg)
 	}
-	s, err := sqlite.Open(ctx, sqlite.Config{Path: cfg.sqlitePath(), Synchronous: cfg.Synchronous})
+	if cfg.Assets != "" {
+		// Object storage instead of the engine's own store: the database
+		// keeps only the rows that name the bytes.
+		e.blobs = func() (blob.Store, error) { return openAssets(cfg.Assets) }
+	}
+	return e, nil
+}
+
+// openAssets opens the object store an s3:// URL names, with credentials
+// from the standard AWS variables or credentials file.
+func openAssets(url string) (*s3blob.Store, error) {
+	s, err := s3blob.Open(url, s3blob.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
+		return nil, fmt.Errorf("open asset store: %w", err)
 	}
-	return sqliteEngine(s, cfg), nil
+	return s, nil
 }
 
 // openStore opens the configured database and applies pending migrations,

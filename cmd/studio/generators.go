@@ -1,11 +1,14 @@
 package main
 
-import "studio/generator"
+import (
+	"studio/generator"
+	"studio/metrics"
+)
 
 // generators builds the catalog's generators, the remote ones reporting
 // their provider calls to the metrics, and logs each remote generator
 // (the name of its key variable, never the key).
-func (m *Main) generators(d *deps) (*generator.Registry, error) {
+func (m *Main) generators(d *deps) (*generator.Registry, *metrics.Generators, error) {
 	specs := d.catalog.Specs()
 	var remote []string
 	for _, s := range specs {
@@ -16,12 +19,15 @@ func (m *Main) generators(d *deps) (*generator.Registry, error) {
 		}
 	}
 	var opts generator.Options
+	var gm *metrics.Generators
 	if d.metrics != nil {
-		gm, err := d.metrics.Generators(remote, generator.ErrorClasses())
+		var err error
+		gm, err = d.metrics.Generators(remote, generator.ErrorClasses(), generator.DiscardReasons())
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		opts.Observe = gm.Call
 	}
-	return generator.NewRegistryWith(opts, specs...)
+	reg, err := generator.NewRegistryWith(opts, specs...)
+	return reg, gm, err
 }

@@ -169,6 +169,16 @@ func TestRemoteGeneratorsBatch(t *testing.T) {
 	if b.State != intent.StateFailed || tk.Attempts != 1 || tk.Error == nil || !strings.Contains(*tk.Error, "rejected as a result of our safety system") || !strings.Contains(*tk.Error, `"gpt"`) {
 		t.Fatalf("after a 400: batch %s, task %+v", b.State, tk)
 	}
+	// The text names its step once, then the request: "attempt 1:
+	// generate: generator "gpt": POST /images/generations: ... answered 400".
+	if !strings.HasPrefix(*tk.Error, `attempt 1: generate: generator "gpt": POST /images/generations: `) {
+		t.Fatalf("the 400's text: %s", *tk.Error)
+	}
+	for _, step := range []string{"submit: ", "wait: ", "fetch: ", "generate: "} {
+		if strings.Count(*tk.Error, step) > 1 {
+			t.Fatalf("the text names %q twice: %s", step, *tk.Error)
+		}
+	}
 
 	scrape := metricstest.Get(t, "http://"+f.api.Addr+"/metrics")
 	if n := scrape.Value("studio_generator_calls_total", "generator", "gpt", "call", "generate"); n != 7 {

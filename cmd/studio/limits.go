@@ -30,6 +30,8 @@ func limitDefaults(c *Config) {
 	c.BodyTimeout = httpapi.DefaultBodyTimeout
 	c.WriteStall = httpapi.DefaultWriteStall
 	c.MaxUploadPixels = intent.DefaultMaxUploadPixels
+	c.DBWait = httpapi.DefaultDBWait
+	c.MinFreeMiB = httpapi.DefaultMinFree >> 20
 }
 
 // validateFlags checks the flags that validate does not, each before any
@@ -67,6 +69,12 @@ func (c *Config) validateFlags() []error {
 	if c.WriteStall < 0 {
 		errs = append(errs, errors.New("--write-stall must be 0 (off) or more"))
 	}
+	if c.DBWait < 0 {
+		errs = append(errs, errors.New("--db-wait must be 0 (the database's own wait) or more"))
+	}
+	if c.MinFreeMiB < 0 {
+		errs = append(errs, errors.New("--min-free-mib must be 0 (off) or more"))
+	}
 	if c.MaxUploadPixels < 1 {
 		errs = append(errs, errors.New("--max-upload-pixels must be at least 1"))
 	}
@@ -87,7 +95,11 @@ func (c *Config) httpLimits() httpapi.Limits {
 		}
 		return d
 	}
-	return httpapi.Limits{BodyTimeout: off(c.BodyTimeout), WriteStall: off(c.WriteStall)}
+	minFree := c.MinFreeMiB << 20
+	if c.MinFreeMiB == 0 {
+		minFree = -1
+	}
+	return httpapi.Limits{BodyTimeout: off(c.BodyTimeout), WriteStall: off(c.WriteStall), DBWait: off(c.DBWait), MinFree: minFree}
 }
 
 // uploadDir is where upload bodies are spooled while they are checked:

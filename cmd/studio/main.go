@@ -7,6 +7,7 @@
 //	studio migrate                       apply migrations and exit
 //	studio token create --actor NAME     print a new API token for NAME
 //	studio bench                         measure this machine (see docs/bench.md)
+//	studio assets copy --to s3://...     copy the asset bytes to object storage
 //	studio submit FILE [--wait]          submit a generation request to a server (see docs/client.md)
 //	studio status|wait|cancel ID         read, follow or cancel a batch
 //	studio download ID DIR, studio ls    save a batch's images; list batches
@@ -33,6 +34,7 @@ Usage:
   studio migrate  [flags]               apply database migrations and exit
   studio token create --actor NAME      print a new API token for NAME
   studio bench    [flags]               measure this machine: each operation beside its floor
+  studio assets copy --to s3://...      copy every asset's bytes to object storage (resumable, verified)
   studio help                           this text
 ` + clientUsage + `
 
@@ -69,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runToken(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = runBench(ctx, args[1:], stdout, stderr)
+	case "assets":
+		err = runAssets(ctx, args[1:], stdout, stderr)
 	case "submit", "status", "wait", "cancel", "download", "ls":
 		return runClient(ctx, args[0], args[1:], os.Stdin, stdout, stderr)
 	case "help", "-h", "-help", "--help":

@@ -8,6 +8,7 @@ import (
 
 	"studio/httpapi"
 	"studio/planner"
+	"studio/worker"
 )
 
 // catalogView answers GET /v1/catalog from the process's catalog, its task
@@ -16,6 +17,7 @@ type catalogView struct {
 	catalog  *planner.Static
 	maxTasks int // the planner's Limit
 	channels []string
+	breakers *worker.Breakers
 }
 
 // CatalogFor implements httpapi.Catalogs.
@@ -31,8 +33,12 @@ func (v catalogView) CatalogFor(ctx context.Context, actor string) (httpapi.Cata
 		Channels:      append([]string{}, v.channels...),
 		MaxBatchTasks: v.maxTasks,
 	}
+	health := map[string]string{}
+	for _, h := range v.breakers.Health() {
+		health[h.ID] = h.State
+	}
 	for i, g := range gens {
-		out.Generators[i] = httpapi.CatalogGenerator{ID: g.ID, Kind: g.Kind}
+		out.Generators[i] = httpapi.CatalogGenerator{ID: g.ID, Kind: g.Kind, Health: health[g.ID]}
 	}
 	return out, nil
 }

@@ -2,18 +2,22 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
+	"studio/generator"
 	"studio/httpapi"
 	"studio/intent"
+	"studio/internal/diskfree"
 	"studio/locks"
 	"studio/locks/redislock"
 	"studio/lockservice"
 	"studio/metrics"
 	"studio/planner"
 	"studio/web"
+	"studio/worker"
 )
 
 // deps are the objects a process is wired from: config to objects, nothing
@@ -27,6 +31,11 @@ type deps struct {
 	pubs    *pubDeps
 	lockAPI *lockservice.Service
 	handler http.Handler
+	// gens are the catalog's generators, genMetrics their metrics (nil
+	// without), breakers the remote ones' circuit breakers.
+	gens       *generator.Registry
+	genMetrics *metrics.Generators
+	breakers   *worker.Breakers
 	// endStreams ends the event streams when the server shuts down.
 	endStreams func()
 }
@@ -63,8 +72,20 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	if err := m.engine.collect(d.metrics); err != nil {
 		return nil, err
 	}
+	if cfg.Data != "" {
+		if err := d.metrics.FreeBytes(func() (uint64, error) { return diskfree.Bytes(cfg.Data) }); err != nil {
+			return nil, err
+		}
+	}
 	m.metrics = d.metrics
 	d.wrap = wrappers{log: m.Logger, metrics: d.metrics, locks: d.locks}
+	if d.gens, d.genMetrics, err = m.generators(d); err != nil {
+		return nil, err
+	}
+	d.breakers = worker.NewBreakers(d.gens, worker.BreakerConfig{Logger: m.Logger.With("component", "generators")})
+	probeCtx, stopProbe := context.WithCancel(context.Background())
+	m.onClose(func(context.Context) error { stopProbe(); return nil })
+	go d.breakers.ProbeAll(probeCtx)
 
 	if d.pubs, err = m.buildPublications(d); err != nil {
 		return nil, err
@@ -95,11 +116,21 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 	if err != nil {
 		return nil, err
 	}
+	var presign httpapi.Presigner
+	if cfg.AssetsRedirect > 0 {
+		p, ok := m.blobs.(httpapi.Presigner)
+		if !ok {
+			return nil, errors.New("--assets-redirect needs --assets s3://BUCKET/PREFIX")
+		}
+		presign = p
+	}
 	srv, err := httpapi.New(httpapi.Config{
 		CursorKey:    cursorKey,
 		Generations:  d.wrap.generations(d.service),
 		Store:        m.store,
 		Blobs:        m.blobs,
+		Presign:      presign,
+		PresignTTL:   cfg.AssetsRedirect,
 		Uploads:      d.pubs.uploads,
 		Publications: d.service,
 		Locks:        d.lockAPI,
@@ -107,9 +138,17 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		Metrics:      d.metrics.Handler(),
 		Observe:      d.wrap.requests(),
 		Limits:       cfg.httpLimits(),
+		DataDir:      cfg.Data,
 		UploadDir:    uploadDir,
-		Catalogs:     catalogView{d.catalog, p.Limit(), d.service.Channels},
-		UI:           web.Handler(),
+		Catalogs:     catalogView{d.catalog, p.Limit(), d.service.Channels, d.breakers},
+		GeneratorHealth: func() []httpapi.GeneratorStatus {
+			var out []httpapi.GeneratorStatus
+			for _, h := range d.breakers.Health() {
+				out = append(out, httpapi.GeneratorStatus{ID: h.ID, State: h.State, Since: h.Since, Error: h.Error})
+			}
+			return out
+		},
+		UI: web.Handler(),
 	})
 	if err != nil {
 		return nil, err

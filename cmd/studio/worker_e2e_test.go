@@ -37,6 +37,10 @@ type taskAnswer struct {
 	AssetID    *string      `json:"asset_id"`
 	Error      *string      `json:"error"`
 	UpdatedAt  string       `json:"updated_at"`
+	// GenerationCalls and History are what the task bought and what
+	// happened to it.
+	GenerationCalls int      `json:"generation_calls"`
+	History         []string `json:"history"`
 }
 
 // fullBatch is a batch answer with its counts.

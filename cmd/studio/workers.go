@@ -18,10 +18,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	if cfg.Workers == 0 {
 		return nil
 	}
-	reg, err := m.generators(d)
-	if err != nil {
-		return fmt.Errorf("start workers: %w", err)
-	}
+	reg, gm := d.gens, d.genMetrics
 	infos, err := d.catalog.Generators(ctx)
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
@@ -36,7 +33,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 	if len(limits) > 0 {
 		limiter = worker.Semaphores(d.locks, limits)
 	}
-	p, err := worker.New(worker.Config{
+	wcfg := worker.Config{
 		Store:       m.store,
 		Generators:  reg,
 		Blobs:       m.blobs,
@@ -50,7 +47,12 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 		Logger:      m.Logger.With("component", "worker"),
 		Observe:     d.wrap.attempts(),
 		Wake:        m.engine.wake,
-	})
+	}
+	if gm != nil {
+		wcfg.Spend = gm
+	}
+	wcfg.Breakers = d.breakers
+	p, err := worker.New(wcfg)
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
 	}

@@ -46,7 +46,12 @@ func (w wrappers) generations(s *intent.Service) httpapi.Generations {
 
 // requests feeds each answered request to the metrics.
 func (w wrappers) requests() func(httpapi.RequestRecord) {
-	return func(r httpapi.RequestRecord) { w.metrics.Request(r.Method, r.Route, r.Status, r.Duration) }
+	return func(r httpapi.RequestRecord) {
+		w.metrics.Request(r.Method, r.Route, r.Status, r.Duration)
+		if r.Fault != "" {
+			w.metrics.Fault(r.Fault)
+		}
+	}
 }
 
 // attempts counts each task attempt's outcome, and lost leases apart.

@@ -5,21 +5,29 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // ComfyUI is a fake ComfyUI server. It follows ComfyUI's server.py and
-// execution.py (github.com/comfyanonymous/ComfyUI) and its documented
-// routes (https://docs.comfy.org/development/comfyui-server/comms_routes):
+// execution.py (github.com/comfyanonymous/ComfyUI) as of the releases that
+// check a client's prompt_id (the newest, v0.4.x: see docs/catalog.md,
+// "ComfyUI versions"), and its documented routes
+// (https://docs.comfy.org/development/comfyui-server/comms_routes):
 //
 //   - POST /prompt {"prompt": <workflow in API format>, "prompt_id"?,
 //     "client_id"?} validates the workflow (every class_type known, at
 //     least one output node such as SaveImage) and answers
 //     {"prompt_id", "number", "node_errors": {}}, or 400 with
 //     {"error": {"type", "message", "details", "extra_info"},
-//     "node_errors": {...}}. A given prompt_id is taken as is. Like
+//     "node_errors": {...}}. A given prompt_id must be a canonical
+//     lowercase UUID, else 400 with error type "invalid_prompt_id"
+//     (server.py validates it before the workflow); without one the
+//     server makes a uuid4. Like
 //     ComfyUI (server.py post_prompt puts every valid prompt;
 //     execution.py PromptQueue.put has no check), a prompt_id it already
 //     has is queued again, as another item at the back, and its history
@@ -35,6 +43,17 @@ import (
 //     status_str "error" and an execution_error message.
 //   - GET /view?filename=&subfolder=&type= answers the image, 404 when
 //     there is none.
+//   - POST /history {"clear": true} or {"delete": [prompt_id, ...]}
+//     removes history entries (PromptQueue.wipe_history,
+//     delete_history_item); POST /queue {"clear": true} empties the
+//     pending queue (wipe_queue).
+//   - GET /system_stats answers {"system": {...}, "devices": [...]}.
+//
+// Restart loses the queue and the history, as a restarted ComfyUI does
+// (both live in memory; execution.py keeps no history on disk), but not
+// the files in its output folder; DeleteOutputs removes those. SetDown
+// makes it answer nothing (every connection closed at once), like a
+// server that is down.
 //
 // A prompt runs for the delay (SetDelay) and, while Hold is on, does not
 // finish until Release. Like PromptQueue (get, task_done), a prompt goes
@@ -55,6 +74,7 @@ type ComfyUI struct {
 	failExec    []string
 	onSubmit    func(promptID string)
 	images      map[string][]byte // by filename
+	down        bool
 }
 
 type comfyJob struct {
@@ -87,10 +107,57 @@ func NewComfyUI() *ComfyUI {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /prompt", f.postPrompt)
 	mux.HandleFunc("GET /queue", f.getQueue)
+	mux.HandleFunc("POST /queue", f.postQueue)
 	mux.HandleFunc("GET /history/{id}", f.getHistory)
+	mux.HandleFunc("POST /history", f.postHistory)
 	mux.HandleFunc("GET /view", f.view)
-	f.Server = httptest.NewServer(mux)
+	mux.HandleFunc("GET /system_stats", f.systemStats)
+	f.Server = httptest.NewServer(downable(&f.mu, &f.down, mux))
 	return f
+}
+
+// downable answers nothing while *down: it closes the connection.
+func downable(mu *sync.Mutex, down *bool, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		d := *down
+		mu.Unlock()
+		if d {
+			if hj, ok := w.(http.Hijacker); ok {
+				if c, _, err := hj.Hijack(); err == nil {
+					c.Close()
+					return
+				}
+			}
+			panic(http.ErrAbortHandler)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// SetDown makes the server answer nothing (on) or answer again (off).
+func (f *ComfyUI) SetDown(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = on
+}
+
+// Restart loses every queued prompt and the whole history, as a ComfyUI
+// restart does; output files stay.
+func (f *ComfyUI) Restart() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.queue = nil
+	f.history = map[string]*comfyJob{}
+}
+
+// DeleteOutputs removes every image file (the output folder emptied); the
+// history still names them.
+func (f *ComfyUI) DeleteOutputs() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.advance()
+	f.images = map[string][]byte{}
 }
 
 // BaseURL is the base_url a catalog gives for this fake.
@@ -242,6 +309,11 @@ func (f *ComfyUI) postPrompt(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, promptError("invalid_prompt", "Invalid prompt", err.Error(), map[string]any{}))
 		return
 	}
+	if in.PromptID != nil && !canonicalUUID.MatchString(*in.PromptID) {
+		writeJSON(w, http.StatusBadRequest, promptError("invalid_prompt_id", "Invalid prompt_id format",
+			fmt.Sprintf("prompt_id must be a valid UUID, got %q", *in.PromptID), map[string]any{}))
+		return
+	}
 	if in.Prompt == nil {
 		writeJSON(w, http.StatusBadRequest, promptError("no_prompt", "No prompt provided", "No prompt provided", map[string]any{}))
 		return
@@ -277,7 +349,7 @@ func (f *ComfyUI) postPrompt(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	id := fmt.Sprintf("fake-%d", f.number+1)
+	id := uuid.NewString()
 	if in.PromptID != nil {
 		id = *in.PromptID
 	}
@@ -340,6 +412,50 @@ func (f *ComfyUI) advance() {
 	}
 	clear(f.queue[len(queued):])
 	f.queue = queued
+}
+
+// canonicalUUID is the form of prompt_id the server takes: a UUID in
+// lowercase hex, 8-4-4-4-12.
+var canonicalUUID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+func (f *ComfyUI) postQueue(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Clear  bool     `json:"clear"`
+		Delete []string `json:"delete"`
+	}
+	json.NewDecoder(r.Body).Decode(&in)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.advance()
+	if in.Clear && len(f.queue) > 1 { // wipe_queue: the pending ones, not the running one
+		f.queue = f.queue[:1]
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (f *ComfyUI) postHistory(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Clear  bool     `json:"clear"`
+		Delete []string `json:"delete"`
+	}
+	json.NewDecoder(r.Body).Decode(&in)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.advance()
+	if in.Clear {
+		f.history = map[string]*comfyJob{}
+	}
+	for _, id := range in.Delete {
+		delete(f.history, id)
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (f *ComfyUI) systemStats(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"system":  map[string]any{"os": "posix", "comfyui_version": "fake", "python_version": "3", "embedded_python": false},
+		"devices": []any{map[string]any{"name": "cpu", "type": "cpu", "index": nil, "vram_total": 0, "vram_free": 0}},
+	})
 }
 
 func (j *comfyJob) item() []any {

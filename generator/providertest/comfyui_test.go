@@ -21,7 +21,7 @@ func TestComfyUIQueuesADuplicatePromptID(t *testing.T) {
 	}
 	post := func() {
 		t.Helper()
-		body := []byte(`{"prompt": ` + string(workflow) + `, "prompt_id": "p1", "client_id": "test"}`)
+		body := []byte(`{"prompt": ` + string(workflow) + `, "prompt_id": "01920000-0000-7000-8000-0000000000a1", "client_id": "test"}`)
 		resp, err := http.Post(f.BaseURL()+"/prompt", "application/json", bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
@@ -52,8 +52,8 @@ func TestComfyUIQueuesADuplicatePromptID(t *testing.T) {
 
 	post() // runs at once: no delay, not held
 	var h history
-	get("/history/p1", &h)
-	if len(h["p1"].Prompt) == 0 || h["p1"].Prompt[0] != float64(1) {
+	get("/history/01920000-0000-7000-8000-0000000000a1", &h)
+	if len(h["01920000-0000-7000-8000-0000000000a1"].Prompt) == 0 || h["01920000-0000-7000-8000-0000000000a1"].Prompt[0] != float64(1) {
 		t.Fatalf("after the first run: history %v; want the entry of item number 1", h)
 	}
 
@@ -66,14 +66,14 @@ func TestComfyUIQueuesADuplicatePromptID(t *testing.T) {
 		t.Fatalf("queue %+v; want the prompt_id queued twice more (one running, one pending)", q)
 	}
 	h = history{}
-	get("/history/p1", &h)
-	if h["p1"].Prompt[0] != float64(1) {
+	get("/history/01920000-0000-7000-8000-0000000000a1", &h)
+	if h["01920000-0000-7000-8000-0000000000a1"].Prompt[0] != float64(1) {
 		t.Fatalf("while queued again: history %v; want the first run's entry kept", h)
 	}
 	if extra, _ := q.Running[0][3].(map[string]any); extra["client_id"] != "test" {
 		t.Fatalf("queue item's extra_data %v; want the posted client_id", q.Running[0][3])
 	}
-	if got := f.Running(); len(got) != 2 || got[0] != "p1" || got[1] != "p1" {
+	if got := f.Running(); len(got) != 2 || got[0] != "01920000-0000-7000-8000-0000000000a1" || got[1] != "01920000-0000-7000-8000-0000000000a1" {
 		t.Fatalf("Running %v", got)
 	}
 
@@ -81,11 +81,11 @@ func TestComfyUIQueuesADuplicatePromptID(t *testing.T) {
 	q = queue{}
 	get("/queue", &q)
 	h = history{}
-	get("/history/p1", &h)
-	if len(q.Running)+len(q.Pending) != 0 || h["p1"].Prompt[0] != float64(3) {
+	get("/history/01920000-0000-7000-8000-0000000000a1", &h)
+	if len(q.Running)+len(q.Pending) != 0 || h["01920000-0000-7000-8000-0000000000a1"].Prompt[0] != float64(3) {
 		t.Fatalf("after release: queue %+v, history %v; want an empty queue and the last run's entry", q, h)
 	}
-	if got := f.Submissions()["p1"]; got != 3 || f.Posts() != 3 {
+	if got := f.Submissions()["01920000-0000-7000-8000-0000000000a1"]; got != 3 || f.Posts() != 3 {
 		t.Fatalf("submissions %d, posts %d; want 3", got, f.Posts())
 	}
 }

@@ -23,8 +23,18 @@ import (
 // rate_limit_exceeded (with Retry-After) and 5xx server_error, per
 // https://platform.openai.com/docs/guides/error-codes.
 //
+// With AnswerURLs, data[0].url names the image on the fake's own file
+// host, as dall-e models answer by default ("URLs are only valid for 60
+// minutes after the image has been generated", the reference says of
+// response_format): FailDownloads scripts that host's next answers,
+// ExpireURLs makes it refuse every URL made so far (403, as a storage
+// host refuses an expired signature), and AgeNextAnswer backdates
+// "created" so that a client sees the 60 minutes past before it downloads.
+// GET /v1/models answers the model list (the API's "List models"), which
+// studio probes at start. SetDown makes the server answer nothing.
+//
 // Scripted replies (Fail) answer the next requests before any check of
-// the body. Every request is recorded (Calls).
+// the body. Every request is recorded (Calls, Downloads).
 type OpenAI struct {
 	Server *httptest.Server
 	// Key is the API key it takes; empty: it takes none.
@@ -37,6 +47,10 @@ type OpenAI struct {
 	calls  []OpenAICall
 	files  map[string][]byte
 	count  int
+	down   bool
+	age    time.Duration
+	dlFail []int
+	dls    int
 }
 
 // OpenAICall is one request the fake took.
@@ -54,9 +68,59 @@ func NewOpenAI(key string) *OpenAI {
 	f := &OpenAI{Key: key, files: map[string][]byte{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/images/generations", f.generate)
+	mux.HandleFunc("GET /v1/models", f.models)
 	mux.HandleFunc("GET /files/{name}", f.file)
-	f.Server = httptest.NewServer(mux)
+	f.Server = httptest.NewServer(downable(&f.mu, &f.down, mux))
 	return f
+}
+
+// SetDown makes the server answer nothing (on) or answer again (off).
+func (f *OpenAI) SetDown(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = on
+}
+
+// FailDownloads makes the file host answer the next downloads with these
+// statuses, in order.
+func (f *OpenAI) FailDownloads(statuses ...int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dlFail = append(f.dlFail, statuses...)
+}
+
+// ExpireURLs makes every URL answered so far fail with 403.
+func (f *OpenAI) ExpireURLs() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.files = map[string][]byte{}
+}
+
+// AgeNextAnswer backdates the "created" time of the next answer by d.
+func (f *OpenAI) AgeNextAnswer(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.age = d
+}
+
+// Downloads is how many image downloads the file host took, failed ones
+// included.
+func (f *OpenAI) Downloads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dls
+}
+
+func (f *OpenAI) models(w http.ResponseWriter, r *http.Request) {
+	if f.Key != "" && r.Header.Get("Authorization") != "Bearer "+f.Key {
+		openAIError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "", "Incorrect API key provided.")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []any{
+		map[string]any{"id": "gpt-image-1", "object": "model", "created": 1745000000, "owned_by": "system"},
+		map[string]any{"id": "dall-e-3", "object": "model", "created": 1698785189, "owned_by": "system"},
+	}})
 }
 
 // BaseURL is the base_url a catalog gives for this fake.
@@ -220,13 +284,31 @@ func (f *OpenAI) generate(w http.ResponseWriter, r *http.Request) {
 		item["b64_json"] = base64.StdEncoding.EncodeToString(img)
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]any{"created": time.Now().Unix(), "data": []any{item}})
+	f.mu.Lock()
+	created := time.Now().Add(-f.age).Unix()
+	f.age = 0
+	f.mu.Unlock()
+	json.NewEncoder(w).Encode(map[string]any{"created": created, "data": []any{item}})
 }
 
 func (f *OpenAI) file(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
+	f.dls++
+	fail := 0
+	if len(f.dlFail) > 0 {
+		fail, f.dlFail = f.dlFail[0], f.dlFail[1:]
+	}
 	b, ok := f.files[r.PathValue("name")]
 	f.mu.Unlock()
+	if fail != 0 {
+		http.Error(w, http.StatusText(fail), fail)
+		return
+	}
+	if !ok && r.Header.Get("Authorization") == "" && strings.HasPrefix(r.PathValue("name"), "img-") {
+		// A signed URL past its expiry: the storage host refuses it.
+		http.Error(w, "AuthenticationFailed: Signed expiry time has passed", http.StatusForbidden)
+		return
+	}
 	if !ok || r.Header.Get("Authorization") != "" {
 		// The signed URL needs no key; a client that sends one sends it
 		// to a host that should not see it.

@@ -73,8 +73,9 @@ func (b *BlobStore) Put(ctx context.Context, r io.Reader) (blob.Info, error) {
 	return info, nil
 }
 
-// Open reads the bytes of sha256, whole, in one statement: the reader
-// holds them in memory and cannot change under its caller.
+// Open reads the bytes of sha256, whole, in one statement, and verifies
+// them: the reader holds them in memory and cannot change under its
+// caller.
 func (b *BlobStore) Open(ctx context.Context, sha string) (io.ReadSeekCloser, error) {
 	if err := blob.CheckSHA256(sha); err != nil {
 		return nil, fmt.Errorf("open blob: %w", err)
@@ -85,6 +86,9 @@ func (b *BlobStore) Open(ctx context.Context, sha string) (io.ReadSeekCloser, er
 		return nil, fmt.Errorf("open blob %s: %w", sha, blob.ErrNotFound)
 	}
 	if err != nil {
+		return nil, fmt.Errorf("open blob: %w", err)
+	}
+	if err := blob.Verify(sha, data); err != nil {
 		return nil, fmt.Errorf("open blob: %w", err)
 	}
 	return bytesReader{bytes.NewReader(data)}, nil
@@ -172,4 +176,28 @@ func (b *BlobStore) sweepOne(ctx context.Context, p blob.SweepParams, sha string
 		return false, err
 	}
 	return removed, nil
+}
+
+// Walk calls fn with every blob in the table, in pages of 500.
+func (b *BlobStore) Walk(ctx context.Context, fn func(sha256 string) error) error {
+	after := ""
+	for {
+		rows, err := b.s.pool.Query(ctx, `SELECT sha256 FROM blobs WHERE sha256 > $1 ORDER BY sha256 LIMIT 500`, after)
+		if err != nil {
+			return fmt.Errorf("walk blobs: %w", err)
+		}
+		shas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("walk blobs: %w", err)
+		}
+		for _, sha := range shas {
+			if err := fn(sha); err != nil {
+				return err
+			}
+		}
+		if len(shas) < 500 {
+			return nil
+		}
+		after = shas[len(shas)-1]
+	}
 }

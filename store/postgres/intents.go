@@ -184,14 +184,16 @@ func (s *Store) ListBatches(ctx context.Context, p store.ListParams) ([]intent.B
 	return out, nil
 }
 
-const taskColumns = `id, batch_id, collection, frame, generator, candidate, state, attempts, asset_id, error, updated_at`
+const taskColumns = `id, batch_id, collection, frame, generator, candidate, state, attempts, asset_id, error, updated_at, generation_calls, history`
 
 func scanTask(r pgx.Row) (intent.Task, error) {
 	var t intent.Task
+	var history string
 	if err := r.Scan(&t.ID, &t.BatchID, &t.Collection, &t.Frame, &t.Generator, &t.Candidate,
-		&t.State, &t.Attempts, &t.AssetID, &t.Error, &t.UpdatedAt); err != nil {
+		&t.State, &t.Attempts, &t.AssetID, &t.Error, &t.UpdatedAt, &t.GenerationCalls, &history); err != nil {
 		return intent.Task{}, err
 	}
+	t.History = store.HistoryLines(history)
 	t.UpdatedAt = t.UpdatedAt.UTC()
 	return t, nil
 }

@@ -53,7 +53,7 @@ const claimColumns = `t.id, t.batch_id, t.actor, t.collection, t.frame, t.genera
 // than $6), and one another claimer took since this statement began fails
 // the recheck of its state. A picked task of a batch asked to cancel is
 // canceled instead. Parameters: $1 owner, $2 expires, $3 wall, $4 now, $5
-// batches, $6 n, $7 candidates per batch.
+// batches, $6 n, $7 candidates per batch, $8 generators to skip.
 const claimQueuedSQL = `WITH RECURSIVE queued AS (
 	(SELECT q.batch_id FROM tasks q WHERE q.state = 'queued' ORDER BY q.batch_id LIMIT 1)
 	UNION ALL
@@ -64,7 +64,7 @@ active AS (
 	SELECT b.id, b.actor, GREATEST(b.updated_at, c.updated_at) AS updated_at, b.cancel_requested
 	FROM queued u JOIN batches b ON b.id = u.batch_id CROSS JOIN LATERAL (` + shardSums + `) c
 	WHERE EXISTS (SELECT 1 FROM tasks q
-		WHERE q.batch_id = b.id AND q.state = 'queued' AND q.run_after <= $4)
+		WHERE q.batch_id = b.id AND q.state = 'queued' AND q.run_after <= $4 AND NOT q.generator = ANY($8))
 	ORDER BY 3, b.id LIMIT $5
 ),
 cand AS (
@@ -72,7 +72,7 @@ cand AS (
 		row_number() OVER (PARTITION BY a.id ORDER BY c.id) AS rn
 	FROM active a CROSS JOIN LATERAL (
 		SELECT q.id FROM tasks q
-		WHERE q.batch_id = a.id AND q.state = 'queued' AND q.run_after <= $4
+		WHERE q.batch_id = a.id AND q.state = 'queued' AND q.run_after <= $4 AND NOT q.generator = ANY($8)
 		ORDER BY q.id LIMIT $7) c
 ),
 ranked AS (
@@ -250,7 +250,7 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 	}
 	expires := now.Add(ttlRoundUp(p.TTL))
 	if n := p.Limit - len(claimed); n > 0 {
-		rows, err := t.tx.Query(ctx, claimQueuedSQL, p.Owner, expires, t.wall, now, max(2*n, 8), n, 2*n+8)
+		rows, err := t.tx.Query(ctx, claimQueuedSQL, p.Owner, expires, t.wall, now, max(2*n, 8), n, 2*n+8, skipList(p.SkipGenerators))
 		if err != nil {
 			return nil, fmt.Errorf("claim tasks: %w", err)
 		}
@@ -494,8 +494,10 @@ const notCanceling = `NOT (SELECT b.cancel_requested FROM batches b WHERE b.id =
 
 // SaveStep records one step, fenced; it says whether the lease was live.
 func (t *taskTx) SaveStep(ctx context.Context, st store.StepSave) (bool, error) {
-	tag, err := t.tx.Exec(ctx, `UPDATE tasks SET step = $3, provider_ref = $4, updated_at = $5
-		WHERE `+liveLease+` AND `+notCanceling, st.TaskID, st.Fence, st.Step, st.ProviderRef, t.wall)
+	tag, err := t.tx.Exec(ctx, `UPDATE tasks SET step = $3, provider_ref = $4, updated_at = $5,
+		generation_calls = generation_calls + $6, history = history || $7
+		WHERE `+liveLease+` AND `+notCanceling, st.TaskID, st.Fence, st.Step, st.ProviderRef, t.wall,
+		st.Calls, store.HistoryLine(st.Note))
 	if err != nil {
 		return false, fmt.Errorf("save step of task %s: %w", st.TaskID, err)
 	}
@@ -711,4 +713,13 @@ func (s *Store) BlobInUse(ctx context.Context, sha256 string) (bool, error) {
 		return false, fmt.Errorf("blob in use: %w", err)
 	}
 	return in, nil
+}
+
+// skipList is ClaimParams.SkipGenerators as a text[] parameter, never
+// NULL (NOT x = ANY('{}') holds for every x).
+func skipList(ids []string) []string {
+	if ids == nil {
+		return []string{}
+	}
+	return ids
 }

@@ -128,10 +128,20 @@ func (s *Store) read(ctx context.Context, f func(*tx) error) error {
 // write lock) and so ends with ctx. When the connection's state is in
 // doubt it is given back as bad, and database/sql closes it: closing a
 // connection ends its transaction.
+//
+// A write's wait, for the one write connection and then for the write lock
+// (busy_timeout, other processes), also ends past the bound store.WithWait
+// set on ctx, with a store.FaultBusy.
 func inTx(ctx context.Context, db *sql.DB, begin string, watch bool, f func(*tx) error) error {
-	c, err := db.Conn(ctx)
+	wctx := ctx
+	if watch {
+		var cancel context.CancelFunc
+		wctx, cancel = boundWait(ctx)
+		defer cancel()
+	}
+	c, err := db.Conn(wctx)
 	if err != nil {
-		return err
+		return waitFault(ctx, wctx, err)
 	}
 	defer c.Close()
 	t := &tx{ctx: context.WithoutCancel(ctx)}
@@ -143,13 +153,13 @@ func inTx(ctx context.Context, db *sql.DB, begin string, watch bool, f func(*tx)
 		}
 		bctx := t.ctx
 		if watch {
-			bctx = ctx
+			bctx = wctx
 		}
 		if _, err := st.(driver.StmtExecContext).ExecContext(bctx, nil); err != nil {
 			if bctx.Err() != nil {
 				// The driver answers the context's end even for a BEGIN
 				// that took effect: the connection may hold the lock.
-				return errors.Join(fmt.Errorf("begin: %w", err), driver.ErrBadConn)
+				return errors.Join(waitFault(ctx, bctx, fmt.Errorf("begin: %w", err)), driver.ErrBadConn)
 			}
 			return fmt.Errorf("begin: %w", err)
 		}
@@ -167,7 +177,7 @@ func inTx(ctx context.Context, db *sql.DB, begin string, watch bool, f func(*tx)
 			return err
 		}
 		if _, err := t.exec("COMMIT"); err != nil {
-			return fmt.Errorf("commit: %w", err)
+			return commitFault(fmt.Errorf("commit: %w", err))
 		}
 		done = true
 		return nil

@@ -206,16 +206,18 @@ func (s *Store) ListBatches(ctx context.Context, p store.ListParams) ([]intent.B
 	return out, nil
 }
 
-const taskColumns = `id, batch_id, collection, frame, generator, candidate, state, attempts, asset_id, error, updated_at`
+const taskColumns = `id, batch_id, collection, frame, generator, candidate, state, attempts, asset_id, error, updated_at, generation_calls, history`
 
 func scanTask(r scanner) (intent.Task, error) {
 	var t intent.Task
 	var asset, errText sql.NullString
 	var updated int64
+	var history string
 	if err := r.Scan(&t.ID, &t.BatchID, &t.Collection, &t.Frame, &t.Generator, &t.Candidate,
-		&t.State, &t.Attempts, &asset, &errText, &updated); err != nil {
+		&t.State, &t.Attempts, &asset, &errText, &updated, &t.GenerationCalls, &history); err != nil {
 		return intent.Task{}, err
 	}
+	t.History = store.HistoryLines(history)
 	if asset.Valid {
 		t.AssetID = &asset.String
 	}

@@ -180,7 +180,19 @@ func TestMigration0007OnAnOldDatabase(t *testing.T) {
 		t.Error("tasks_by_batch_state is gone")
 	}
 	for _, tb := range tables {
-		if after := dump(t, s.ReadDB(), tb); !reflect.DeepEqual(after, before[tb]) {
+		after := dump(t, s.ReadDB(), tb)
+		if tb == "tasks" {
+			// 0008 (generation_calls, history) appends two columns, at
+			// their defaults on every old row.
+			for i, row := range after {
+				if n := len(row); n < 2 || row[n-2] != int64(0) || row[n-1] != "" {
+					t.Errorf("task row %d after 0008: %v", i, row)
+				} else {
+					after[i] = row[:n-2]
+				}
+			}
+		}
+		if !reflect.DeepEqual(after, before[tb]) {
 			t.Errorf("table %s changed in the migration:\nbefore %v\nafter  %v", tb, before[tb], after)
 		}
 	}

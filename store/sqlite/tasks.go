@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -37,10 +38,12 @@ const claimableSQL = `SELECT EXISTS (SELECT 1 FROM batches WHERE queued > 0)
 		AND lease_expires_at <= CAST(unixepoch('subsec') * 1000 AS INTEGER))`
 
 // activeBatchesSQL lists the batches that have a ready queued task, least
-// recently touched first: the candidates of a claim's round-robin.
+// recently touched first: the candidates of a claim's round-robin. The
+// generators of a JSON array (ClaimParams.SkipGenerators) are left out.
 const activeBatchesSQL = `SELECT b.id, b.actor FROM batches b
 	WHERE b.queued > 0 AND EXISTS (SELECT 1 FROM tasks q
-		WHERE q.batch_id = b.id AND q.state = 'queued' AND q.run_after <= ?)
+		WHERE q.batch_id = b.id AND q.state = 'queued' AND q.run_after <= ?
+		AND q.generator NOT IN (SELECT value FROM json_each(?)))
 	ORDER BY b.updated_at, b.id LIMIT ?`
 
 // nextChangeSQL is the change_seq of a task a statement changes (state,
@@ -50,11 +53,13 @@ const activeBatchesSQL = `SELECT b.id, b.actor FROM batches b
 const nextChangeSQL = `(SELECT n + 1 FROM task_change_clock)`
 
 // claimBatchSQL leases the first ready queued tasks of one batch, in plan
-// order. Parameters: owner, expires, wall, batch, now, limit.
+// order. Parameters: owner, expires, wall, batch, now, skipped generators
+// (a JSON array), limit.
 const claimBatchSQL = `UPDATE tasks SET state = 'running', fence = fence + 1, attempts = attempts + 1,
 	lease_owner = ?, lease_expires_at = ?, updated_at = ?, change_seq = ` + nextChangeSQL + `
 WHERE id IN (SELECT q.id FROM tasks q
 	WHERE q.batch_id = ? AND q.state = 'queued' AND q.run_after <= ?
+	AND q.generator NOT IN (SELECT value FROM json_each(?))
 	ORDER BY q.id LIMIT ?)
 RETURNING ` + claimColumns
 
@@ -80,7 +85,8 @@ const (
 		RETURNING (SELECT cancel_requested FROM batches WHERE batches.id = tasks.batch_id)`
 	cancelLiveSQL = `UPDATE tasks SET state = 'canceled', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?,
 		change_seq = ` + nextChangeSQL + ` WHERE ` + liveLease + ` AND NOT ` + notCanceling + ` RETURNING batch_id`
-	saveStepSQL = `UPDATE tasks SET step = ?, provider_ref = ?, updated_at = ?
+	saveStepSQL = `UPDATE tasks SET step = ?, provider_ref = ?, updated_at = ?,
+		generation_calls = generation_calls + ?, history = history || ?
 		WHERE ` + liveLease + ` AND ` + notCanceling
 	// The task first: its asset is the one already stored for it, if any,
 	// else the new one, inserted only once the fenced update matched.
@@ -175,7 +181,7 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 			return err
 		}
 		if n := p.Limit - len(claimed); n > 0 {
-			fresh, err := t.claimQueued(p.Owner, expires, n)
+			fresh, err := t.claimQueued(p.Owner, expires, n, skipJSON(p.SkipGenerators))
 			if err != nil {
 				return err
 			}
@@ -196,8 +202,8 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 // ready tasks than its share leaves the rest to the others, in another
 // round. All of it runs in the claim's IMMEDIATE transaction, so no other
 // claim sees the tasks between the choice and the update.
-func (t *leaseTx) claimQueued(owner string, expires int64, n int) ([]store.ClaimedTask, error) {
-	rows, err := t.query(activeBatchesSQL, t.now, max(4*n, 64))
+func (t *leaseTx) claimQueued(owner string, expires int64, n int, skip string) ([]store.ClaimedTask, error) {
+	rows, err := t.query(activeBatchesSQL, t.now, skip, max(4*n, 64))
 	if err != nil {
 		return nil, fmt.Errorf("find active batches: %w", err)
 	}
@@ -227,7 +233,7 @@ func (t *leaseTx) claimQueued(owner string, expires int64, n int) ([]store.Claim
 	for len(out) < n && len(actors) > 0 {
 		shares := roundRobin(actors, n-len(out))
 		for _, sh := range shares {
-			rows, err := t.query(claimBatchSQL, owner, expires, t.wall, sh.batch, t.now, sh.n)
+			rows, err := t.query(claimBatchSQL, owner, expires, t.wall, sh.batch, t.now, skip, sh.n)
 			if err != nil {
 				return nil, fmt.Errorf("claim from batch %s: %w", sh.batch, err)
 			}
@@ -438,7 +444,8 @@ func (t *leaseTx) CancelIfRequested(_ context.Context, l store.Lease) error {
 
 // SaveStep records one step, fenced; it says whether the lease was live.
 func (t *leaseTx) SaveStep(_ context.Context, st store.StepSave) (bool, error) {
-	n, err := t.exec(saveStepSQL, st.Step, st.ProviderRef, t.wall, st.TaskID, st.Fence, t.now)
+	n, err := t.exec(saveStepSQL, st.Step, st.ProviderRef, t.wall,
+		st.Calls, store.HistoryLine(st.Note), st.TaskID, st.Fence, t.now)
 	if err != nil {
 		return false, fmt.Errorf("save step of task %s: %w", st.TaskID, err)
 	}
@@ -582,4 +589,17 @@ func (s *Store) BlobInUse(ctx context.Context, sha256 string) (bool, error) {
 		return false, fmt.Errorf("blob in use: %w", err)
 	}
 	return in, nil
+}
+
+// skipJSON is ClaimParams.SkipGenerators as the JSON array the claim's
+// json_each reads.
+func skipJSON(ids []string) string {
+	if len(ids) == 0 {
+		return "[]"
+	}
+	b, err := json.Marshal(ids)
+	if err != nil { // a []string always marshals
+		panic(err)
+	}
+	return string(b)
 }

@@ -54,6 +54,8 @@ func Run(t *testing.T, h Harness) {
 		{"BackoffRespected", testBackoff},
 		{"MaxAttemptsKeepsTheError", testMaxAttempts},
 		{"ReleaseKeepsTheStep", testRelease},
+		{"GenerationCallsAndHistory", testGenerationCalls},
+		{"ClaimSkipsGenerators", testSkipGenerators},
 		{"CountsConsistentUnderChurn", testCountsUnderChurn},
 		{"UploadKeyReplayAndConflict", testUploadKeyReplayAndConflict},
 		{"UploadWithoutKey", testUploadWithoutKey},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -230,8 +231,8 @@ func testOldFence(t *testing.T, h Harness) {
 	before := checkCounts(t, s, "alice", in.Batch.ID)
 	beforeTask := task(t, s, "alice", in.Batch.ID, old.TaskID)
 
-	if err := saveStep(t, s, old.Lease, "waited", "ref-x"); !errors.Is(err, store.ErrLeaseLost) {
-		t.Fatalf("SaveSteps with the old fence: %v", err)
+	if errs, err := s.SaveSteps(ctx(t), []store.StepSave{{Lease: old.Lease, Step: "waited", ProviderRef: "ref-x", Calls: 3, Note: "stale"}}); err != nil || !errors.Is(errs[0], store.ErrLeaseLost) {
+		t.Fatalf("SaveSteps with the old fence: %v %v", errs, err)
 	}
 	res, err := s.CompleteTasks(ctx(t), []store.Completion{{Lease: old.Lease, Asset: asset(t, shaA)}})
 	if err != nil || !errors.Is(res[0].Err, store.ErrLeaseLost) {
@@ -249,7 +250,7 @@ func testOldFence(t *testing.T, h Harness) {
 	}
 	after := checkCounts(t, s, "alice", in.Batch.ID)
 	afterTask := task(t, s, "alice", in.Batch.ID, old.TaskID)
-	if after.Counts != before.Counts || !after.UpdatedAt.Equal(before.UpdatedAt) || afterTask != beforeTask {
+	if after.Counts != before.Counts || !after.UpdatedAt.Equal(before.UpdatedAt) || !reflect.DeepEqual(afterTask, beforeTask) {
 		t.Fatalf("old-fence writes changed something:\n%+v\n%+v\n%+v\n%+v", before, after, beforeTask, afterTask)
 	}
 	if _, err := s.AssetForTask(ctx(t), old.TaskID); intent.ErrorCode(err) != intent.ENotFound {
@@ -613,6 +614,75 @@ func testRelease(t *testing.T, h Harness) {
 	}
 	if errs, _ := s.ReleaseTasks(ctx(t), []store.Lease{c.Lease}); !errors.Is(errs[0], store.ErrLeaseLost) {
 		t.Fatalf("second release of the old lease: %v", errs[0])
+	}
+}
+
+// testGenerationCalls: steps add their calls to the task's
+// generation_calls and append their notes to its history, one line each,
+// kept over attempts and a success; a task starts at 0 and an empty
+// history (never null).
+func testGenerationCalls(t *testing.T, h Harness) {
+	s := h.New(t)
+	in := Intent(t, "alice", "req", "fp", 1)
+	mustCreate(t, s, in)
+	c := claim(t, s, "w1", 1, longTTL)[0]
+	if tk := task(t, s, "alice", in.Batch.ID, c.TaskID); tk.GenerationCalls != 0 || tk.History == nil || len(tk.History) != 0 {
+		t.Fatalf("a new task: calls %d, history %#v", tk.GenerationCalls, tk.History)
+	}
+	errs, err := s.SaveSteps(ctx(t), []store.StepSave{{Lease: c.Lease, Step: "submitted", ProviderRef: "r", Calls: 1}})
+	if err != nil || errs[0] != nil {
+		t.Fatal(errs, err)
+	}
+	errs, err = s.SaveSteps(ctx(t), []store.StepSave{{Lease: c.Lease, Step: "", ProviderRef: "", Calls: 0, Note: "attempt 1: lost\nline two"}})
+	if err != nil || errs[0] != nil {
+		t.Fatal(errs, err)
+	}
+	if errs, _ := s.ReleaseTasks(ctx(t), []store.Lease{c.Lease}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	c = claim(t, s, "w2", 1, longTTL)[0]
+	if c.Step != "" || c.ProviderRef != "" {
+		t.Fatalf("the step reset did not hold: %q %q", c.Step, c.ProviderRef)
+	}
+	errs, err = s.SaveSteps(ctx(t), []store.StepSave{{Lease: c.Lease, Step: "submitted", ProviderRef: "r", Calls: 2, Note: "attempt 2: again"}})
+	if err != nil || errs[0] != nil {
+		t.Fatal(errs, err)
+	}
+	if r := complete(t, s, c); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	tk := task(t, s, "alice", in.Batch.ID, c.TaskID)
+	if tk.GenerationCalls != 3 || !reflect.DeepEqual(tk.History, []string{"attempt 1: lost line two", "attempt 2: again"}) {
+		t.Fatalf("after two attempts: calls %d, history %#v", tk.GenerationCalls, tk.History)
+	}
+}
+
+// testSkipGenerators: a claim that skips a generator leaves its queued
+// tasks queued and claims the others' (tasks alternate sketch, mosaic);
+// without the skip they are claimed.
+func testSkipGenerators(t *testing.T, h Harness) {
+	s := h.New(t)
+	in := Intent(t, "alice", "req", "fp", 6)
+	mustCreate(t, s, in)
+	cs, err := s.ClaimTasks(ctx(t), store.ClaimParams{Owner: "w1", Limit: 10, TTL: longTTL, SkipGenerators: []string{"mosaic"}})
+	if err != nil || len(cs) != 3 {
+		t.Fatalf("claim skipping mosaic: %d tasks, %v; want the 3 sketch tasks", len(cs), err)
+	}
+	for _, c := range cs {
+		if c.Generator != "sketch" {
+			t.Fatalf("claimed a %s task while skipping mosaic", c.Generator)
+		}
+	}
+	if b := checkCounts(t, s, "alice", in.Batch.ID); b.Counts.Queued != 3 || b.Counts.Running != 3 {
+		t.Fatalf("counts %+v", b.Counts)
+	}
+	cs, err = s.ClaimTasks(ctx(t), store.ClaimParams{Owner: "w1", Limit: 10, TTL: longTTL, SkipGenerators: []string{"mosaic", "other"}})
+	if err != nil || len(cs) != 0 {
+		t.Fatalf("second claim skipping mosaic: %d tasks, %v", len(cs), err)
+	}
+	cs, err = s.ClaimTasks(ctx(t), store.ClaimParams{Owner: "w1", Limit: 10, TTL: longTTL})
+	if err != nil || len(cs) != 3 || cs[0].Generator != "mosaic" {
+		t.Fatalf("claim without a skip: %d tasks, %v", len(cs), err)
 	}
 }
 

@@ -154,7 +154,10 @@ export async function batchView(main, id, cat, signal) {
   }
   async function fetchThumb(assetID, img, tries = 0) {
     try {
-      const res = await fetch(`/v1/assets/${encodeURIComponent(assetID)}/content`,
+      // redirect=false: the bytes come through studio even when it answers
+      // others with a presigned redirect, which a browser would follow only
+      // where the bucket's CORS rules allow this origin.
+      const res = await fetch(`/v1/assets/${encodeURIComponent(assetID)}/content?redirect=false`,
         {headers: {Authorization: `Bearer ${token()}`}, signal, credentials: 'omit'});
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
       const url = URL.createObjectURL(await res.blob());

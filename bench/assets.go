@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"studio/generator"
+)
+
+// assetsImage is the size of the assets_drain images: 512x512 grey noise
+// from the noop generator, 256 KiB each, which cost a copy to make.
+const assetsImage = 512
+
+// drainAssets: procs worker processes (4 tasks at once each) drain
+// 512x512 images on PostgreSQL, with the bytes in the object store
+// (--assets) and, alternating, in the blobs table; each side's rate and
+// the WAL it writes per task (pg_current_wal_lsn() before and after).
+// The operation is the object store, its "floor" the blobs table: the
+// ratio is the blobs table's rate over the object store's (below 1: the
+// object store drains faster).
+func (b *bench) drainAssets(procs int) (*Result, error) {
+	if b.cfg.Workers == nil || b.cfg.WALPosition == nil || b.cfg.Assets == "" {
+		return nil, errors.New("needs PostgreSQL and an object store: studio bench --database postgres://HOST/DB --assets s3://BUCKET/PREFIX")
+	}
+	if err := b.cancelQueued(); err != nil {
+		return nil, err
+	}
+	per := min(b.cfg.Tasks, 600)
+	rounds := b.samples(2)
+	var objRates, blobRates, objWAL, blobWAL []float64
+	for r := range rounds {
+		sides := []struct {
+			assets string
+			rates  *[]float64
+			wal    *[]float64
+		}{{b.cfg.Assets, &objRates, &objWAL}, {"", &blobRates, &blobWAL}}
+		if r%2 == 1 {
+			sides[0], sides[1] = sides[1], sides[0]
+		}
+		for _, side := range sides {
+			rate, wal, err := b.drainProcesses(procs, side.assets, per)
+			if err != nil {
+				return nil, err
+			}
+			*side.rates = append(*side.rates, rate)
+			*side.wal = append(*side.wal, wal)
+		}
+		b.progress.tick(r+1, rounds)
+	}
+	res := &Result{N: rounds * per, PerS: round3(median(objRates))}
+	// The wall time per task, for the table's median column.
+	res.MedianUS = round3(1e6 / res.PerS)
+	res.P99US = res.MedianUS
+	res.FloorPerS = ptr(median(blobRates))
+	res.Ratio = ptr(*res.FloorPerS / res.PerS)
+	res.WALBytesPerTask = ptr(median(objWAL))
+	res.FloorWALBytesPerTask = ptr(median(blobWAL))
+	return res, nil
+}
+
+// drainProcesses starts procs worker processes with assets, commits n
+// tasks of 512x512 images and answers the tasks per second from the
+// commit to the last success, and the WAL bytes written per task.
+func (b *bench) drainProcesses(procs int, assets string, n int) (rate, walPerTask float64, err error) {
+	stop, err := b.cfg.Workers(b.ctx, procs, assets)
+	if err != nil {
+		return 0, 0, fmt.Errorf("start workers: %w", err)
+	}
+	defer func() {
+		if serr := stop(); err == nil && serr != nil {
+			err = fmt.Errorf("stop workers: %w", serr)
+		}
+	}()
+	wal0, err := b.cfg.WALPosition(b.ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	// A seed of its own per run: no image is already stored.
+	spec := fmt.Appendf(nil, `{"prompt":"drain","seed":%d,"params":{"width":%d,"height":%d}}`,
+		time.Now().UnixNano()&(1<<53-1), assetsImage, assetsImage)
+	var batches []string
+	for left := n; left > 0; left -= 600 {
+		in, err := newTree("bench", b.id("drain-assets"), min(left, 600), generator.Noop)
+		if err != nil {
+			return 0, 0, err
+		}
+		in.Batch.Spec = spec
+		if _, _, err := b.cfg.Store.CreateIntent(b.ctx, in); err != nil {
+			return 0, 0, err
+		}
+		batches = append(batches, in.Batch.ID)
+	}
+	for _, id := range batches {
+		if err := b.waitDrained(id); err != nil {
+			return 0, 0, err
+		}
+	}
+	took := time.Since(start)
+	wal1, err := b.cfg.WALPosition(b.ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	return float64(n) / took.Seconds(), float64(wal1-wal0) / float64(n), nil
+}
+
+// waitDrained polls a batch until it has ended, every task succeeded.
+func (b *bench) waitDrained(id string) error {
+	for {
+		bt, err := b.cfg.Store.GetBatch(b.ctx, "bench", id)
+		if err != nil {
+			return err
+		}
+		if bt.Counts.Ended() == bt.TaskCount {
+			if bt.Counts.Succeeded != bt.TaskCount {
+				return fmt.Errorf("batch %s ended %+v", id, bt.Counts)
+			}
+			return nil
+		}
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-b.ctx.Done():
+			return b.ctx.Err()
+		}
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
