@@ -16,6 +16,7 @@ import (
 	"studio/blob"
 	"studio/generator"
 	"studio/intent"
+	"studio/leasequeue"
 	"studio/store"
 	"studio/worker"
 )
@@ -156,9 +157,9 @@ func (s recordingStore) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]
 	return cs, err
 }
 
-func (s recordingStore) CompleteTasks(ctx context.Context, cs []store.Completion) ([]store.CompletionResult, error) {
+func (s recordingStore) CompleteLeases(ctx context.Context, cs []store.Completion) ([]store.CompletionResult, error) {
 	s.sizes.add(&s.sizes.completions, len(cs))
-	return s.TaskStore.CompleteTasks(ctx, cs)
+	return s.TaskStore.CompleteLeases(ctx, cs)
 }
 
 // drainPool runs a worker pool until every task of batches has succeeded,
@@ -166,14 +167,16 @@ func (s recordingStore) CompleteTasks(ctx context.Context, cs []store.Completion
 func (b *bench) drainPool(workers int, blobs blob.Store, batches []string) (*batchSizes, error) {
 	sizes := &batchSizes{}
 	p, err := worker.New(worker.Config{
-		Store:       recordingStore{b.cfg.Store, sizes},
-		Generators:  noopGenerators{},
-		Blobs:       blobs,
-		Concurrency: workers,
-		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-		PollMin:     time.Millisecond,
-		PollMax:     10 * time.Millisecond,
-		SweepEvery:  -1,
+		Options: leasequeue.Options{
+			Concurrency: workers,
+			Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+			PollMin:     time.Millisecond,
+			PollMax:     10 * time.Millisecond,
+		},
+		Store:      recordingStore{b.cfg.Store, sizes},
+		Generators: noopGenerators{},
+		Blobs:      blobs,
+		SweepEvery: -1,
 	})
 	if err != nil {
 		return nil, err
@@ -233,7 +236,7 @@ func (b *bench) drainFloor(sizes *batchSizes, batches []string, n int) error {
 			}
 			comps[i] = store.Completion{Lease: l, Asset: intent.Asset{ID: id, SHA256: sha, ContentType: "image/png", Size: 67, Width: 1, Height: 1}}
 		}
-		res, err := b.cfg.Store.CompleteTasks(b.ctx, comps)
+		res, err := b.cfg.Store.CompleteLeases(b.ctx, comps)
 		if err != nil {
 			return err
 		}

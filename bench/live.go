@@ -16,6 +16,7 @@ import (
 	"studio/blob"
 	"studio/client"
 	"studio/generator"
+	"studio/leasequeue"
 	"studio/store"
 	"studio/worker"
 )
@@ -118,20 +119,19 @@ func (b *bench) liveOp(kind liveKind, apart bool) (*Result, error) {
 func (b *bench) livePhase(kind liveKind, wake bool, cl *client.Client, blobs blob.Store, k, done, total int) ([]time.Duration, error) {
 	pr := newProbe()
 	cfg := worker.Config{
-		Store:       probeStore{b.cfg.Store, pr},
-		Generators:  pr,
-		Blobs:       blobs,
-		Concurrency: 4,
-		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-		SweepEvery:  -1,
+		Options:    leasequeue.Options{Concurrency: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		Store:      probeStore{b.cfg.Store, pr},
+		Generators: pr,
+		Blobs:      blobs,
+		SweepEvery: -1,
 	}
 	if wake {
-		cfg.Wake = b.cfg.Wake
+		cfg.Options.Wake = b.cfg.Wake
 	}
 	if kind == liveCancelLag {
 		// Without a wake-up a cancel reaches a running task at its next
 		// renewal: every second with a 3 s lease (10 s with the default).
-		cfg.LeaseTTL = 3 * time.Second
+		cfg.Options.LeaseTTL = 3 * time.Second
 	}
 	p, err := worker.New(cfg)
 	if err != nil {
@@ -372,19 +372,19 @@ func (s probeStore) ClaimTasks(ctx context.Context, cp store.ClaimParams) ([]sto
 	now := time.Now()
 	for _, c := range cs {
 		s.p.mu.Lock()
-		s.p.batches[c.TaskID] = c.BatchID
+		s.p.batches[c.ID] = c.BatchID
 		s.p.mu.Unlock()
 		s.p.record(s.p.claimedBatch(c.BatchID), now)
 	}
 	return cs, err
 }
 
-func (s probeStore) CompleteTasks(ctx context.Context, cs []store.Completion) ([]store.CompletionResult, error) {
-	res, err := s.TaskStore.CompleteTasks(ctx, cs)
+func (s probeStore) CompleteLeases(ctx context.Context, cs []store.Completion) ([]store.CompletionResult, error) {
+	res, err := s.TaskStore.CompleteLeases(ctx, cs)
 	now := time.Now()
 	for i, c := range cs {
 		if err == nil && res[i].Err == nil {
-			s.p.record(s.p.completed(s.p.batchOf(c.TaskID)), now)
+			s.p.record(s.p.completed(s.p.batchOf(c.ID)), now)
 		}
 	}
 	return res, err
@@ -416,10 +416,10 @@ func (b *bench) herd() (*Result, error) {
 	var empty, floorEmpty int64
 	for r := 0; r < 2*rounds; r++ {
 		wake := r%2 == 0
-		cfg := worker.Config{Store: b.cfg.Store, Generators: noopGenerators{}, Blobs: blobs, Concurrency: 4,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SweepEvery: -1}
+		cfg := worker.Config{Options: leasequeue.Options{Concurrency: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+			Store: b.cfg.Store, Generators: noopGenerators{}, Blobs: blobs, SweepEvery: -1}
 		if wake {
-			cfg.Wake = b.cfg.Wake
+			cfg.Options.Wake = b.cfg.Wake
 		}
 		p, err := worker.New(cfg)
 		if err != nil {

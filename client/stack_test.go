@@ -17,6 +17,7 @@ import (
 	"studio/generator"
 	"studio/httpapi"
 	"studio/intent"
+	"studio/leasequeue"
 	"studio/locks"
 	"studio/lockservice"
 	"studio/planner"
@@ -95,9 +96,19 @@ func startStack(dir string, withWorkers bool) (*stack, error) {
 	if withWorkers {
 		reg, err := generator.NewRegistry(generator.Spec{ID: "sketch", Kind: generator.KindEmbedded}, generator.Spec{ID: "mosaic", Kind: generator.KindEmbedded})
 		if err == nil {
-			pool, err = worker.New(worker.Config{Store: st, Generators: reg, Blobs: blobs, Concurrency: 2,
-				RetryBase: 5 * time.Millisecond, PollMin: 2 * time.Millisecond, PollMax: 20 * time.Millisecond, SweepEvery: -1,
-				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			pool, err = worker.New(worker.Config{
+				Options: leasequeue.Options{
+					Concurrency: 2,
+					RetryBase:   5 * time.Millisecond,
+					PollMin:     2 * time.Millisecond,
+					PollMax:     20 * time.Millisecond,
+					Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+				},
+				Store:      st,
+				Generators: reg,
+				Blobs:      blobs,
+				SweepEvery: -1,
+			})
 		}
 		if err == nil {
 			err = pool.Start(ctx)

@@ -173,16 +173,16 @@ func TestBatchEventsFollowChanges(t *testing.T) {
 	if bb := eventData[intent.Batch](t, st.must("batch")); bb.Counts.Running != 2 || bb.State != intent.StateRunning {
 		t.Fatalf("batch after the claim: %+v", bb)
 	}
-	if !running[cs[0].TaskID] || !running[cs[1].TaskID] {
-		t.Fatalf("task events for %v, claimed %s and %s", running, cs[0].TaskID, cs[1].TaskID)
+	if !running[cs[0].ID] || !running[cs[1].ID] {
+		t.Fatalf("task events for %v, claimed %s and %s", running, cs[0].ID, cs[1].ID)
 	}
 
-	if _, err := h.store.CompleteTasks(context.Background(), []store.Completion{{Lease: cs[0].Lease,
+	if _, err := h.store.CompleteLeases(context.Background(), []store.Completion{{Lease: cs[0].Lease,
 		Asset: intent.Asset{ID: "0192aaaa-0000-7000-8000-000000000001", SHA256: strings.Repeat("a", 64), ContentType: "image/png", Size: 1, Width: 1, Height: 1}}}); err != nil {
 		t.Fatal(err)
 	}
 	tk := eventData[intent.Task](t, st.must("task"))
-	if tk.ID != cs[0].TaskID || tk.State != intent.StateSucceeded || tk.AssetID == nil {
+	if tk.ID != cs[0].ID || tk.State != intent.StateSucceeded || tk.AssetID == nil {
 		t.Fatalf("completion event %+v", tk)
 	}
 	if bb := eventData[intent.Batch](t, st.must("batch")); bb.Counts.Succeeded != 1 || bb.Counts.Running != 1 {
@@ -193,7 +193,7 @@ func TestBatchEventsFollowChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The running task stops at its next step.
-	if _, err := h.store.FailTask(context.Background(), store.Failure{Lease: cs[1].Lease, Error: "stopped"}); err != nil {
+	if _, err := h.store.FailLease(context.Background(), store.Failure{Lease: cs[1].Lease, Error: "stopped"}); err != nil {
 		t.Fatal(err)
 	}
 	canceled := map[string]bool{}
@@ -210,7 +210,7 @@ func TestBatchEventsFollowChanges(t *testing.T) {
 			continue
 		}
 		tk := eventData[intent.Task](t, ev)
-		if tk.State != intent.StateCanceled || canceled[tk.ID] || tk.ID == cs[0].TaskID {
+		if tk.State != intent.StateCanceled || canceled[tk.ID] || tk.ID == cs[0].ID {
 			t.Fatalf("event after the cancel %+v", tk)
 		}
 		canceled[tk.ID] = true
@@ -277,7 +277,7 @@ func TestBatchEventsResume(t *testing.T) {
 	// Away: two tasks end, one of them (cs[5], last in id order) maybe
 	// before its running state was sent.
 	for _, c := range []store.ClaimedTask{cs[0], cs[5]} {
-		if _, err := h.store.FailTask(context.Background(), store.Failure{Lease: c.Lease, Error: "boom", Permanent: true}); err != nil {
+		if _, err := h.store.FailLease(context.Background(), store.Failure{Lease: c.Lease, Error: "boom", Permanent: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -289,7 +289,7 @@ func TestBatchEventsResume(t *testing.T) {
 	st.resp.Body.Close()
 	for id, vs := range seen {
 		want := "running/1"
-		if id == cs[0].TaskID || id == cs[5].TaskID {
+		if id == cs[0].ID || id == cs[5].ID {
 			want = "failed/1"
 		}
 		if vs[len(vs)-1] != want {
@@ -303,7 +303,7 @@ func TestBatchEventsResume(t *testing.T) {
 	// Away again: the rest succeed.
 	for i, c := range cs[1:5] {
 		a := intent.Asset{ID: fmt.Sprintf("0192aaaa-0000-7000-8000-%012d", i), SHA256: strings.Repeat("b", 64), ContentType: "image/png", Size: 1, Width: 1, Height: 1}
-		if _, err := h.store.CompleteTasks(context.Background(), []store.Completion{{Lease: c.Lease, Asset: a}}); err != nil {
+		if _, err := h.store.CompleteLeases(context.Background(), []store.Completion{{Lease: c.Lease, Asset: a}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -405,7 +405,7 @@ func TestBatchEventsWakeInProcess(t *testing.T) {
 		t.Fatalf("batch after the claim: %+v", bb.Counts)
 	}
 	for i, c := range cs {
-		if _, err := h.store.CompleteTasks(context.Background(), []store.Completion{{Lease: c.Lease,
+		if _, err := h.store.CompleteLeases(context.Background(), []store.Completion{{Lease: c.Lease,
 			Asset: intent.Asset{ID: fmt.Sprintf("0192aaaa-0000-7000-8000-00000000000%d", i+1), SHA256: strings.Repeat(fmt.Sprint(i+1), 64),
 				ContentType: "image/png", Size: 1, Width: 1, Height: 1}}}); err != nil {
 			t.Fatal(err)
@@ -447,7 +447,7 @@ func TestBatchEventsGap(t *testing.T) {
 		}
 	}
 	st.must("batch")
-	if _, err := h.store.CompleteTasks(context.Background(), []store.Completion{{Lease: cs[0].Lease,
+	if _, err := h.store.CompleteLeases(context.Background(), []store.Completion{{Lease: cs[0].Lease,
 		Asset: intent.Asset{ID: "0192aaaa-0000-7000-8000-000000000001", SHA256: strings.Repeat("a", 64),
 			ContentType: "image/png", Size: 1, Width: 1, Height: 1}}}); err != nil {
 		t.Fatal(err)

@@ -20,28 +20,10 @@ type fingerprintDoc struct {
 // normalized (decoded, validated, defaults applied) so that key order,
 // whitespace and omitted defaults of the request never change it.
 func Fingerprint(actor, operation string, input any) (string, error) {
-	var in *GenerationInput
-	switch v := input.(type) {
-	case GenerationInput:
-		in = &v
-	case *GenerationInput:
-		in = v
-	}
-	if in != nil {
-		var buf [512]byte
-		if b, ok := appendGenerationDoc(buf[:0], actor, operation, in); ok {
-			return hashHex(b), nil
-		}
-	}
 	b, err := CanonicalJSON(fingerprintDoc{Actor: actor, Operation: operation, Input: input})
 	if err != nil {
 		return "", fmt.Errorf("fingerprint: %w", err)
 	}
-	return hashHex(b), nil
-}
-
-// hashHex is the lowercase hex SHA-256 of b.
-func hashHex(b []byte) string {
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return hex.EncodeToString(sum[:]), nil
 }

@@ -1,14 +1,37 @@
 // Package leasequeue runs work that is claimed from the store under leases
 // with fences: task generation (package worker) and publication delivery
-// (package publish) are two Handlers of one Runner.
+// (package publish) are two Handlers of one Runner, configured with one
+// Options (worker.Config and publish.Config embed it).
+//
+// The store keeps one lease queue (store.LeaseStore) over its two kinds
+// of leased rows, tasks and publication items: a Handler claims its kind
+// (the kind's order and payload: store.TaskStore.ClaimTasks,
+// store.PublicationStore.ClaimItems) and names each item's store.Lease;
+// renewing, completing, failing and releasing are the same calls for
+// both. A leased row's life, whatever its kind:
+//
+//	            claim: fence+1, attempts+1, owner, expiry (database clock)
+//	+--------+ -----------------------------------------> +---------+
+//	| queued |                                            | running |
+//	+--------+ <-- FailLease, transient, attempts left -- |  lease  |
+//	  |    ^       (claimable again after run_after)      |  fence  |
+//	  |    +------ ReleaseLeases (a stop) --------------- |         |
+//	  |                                                   +---------+
+//	  |                  lease expired: claimed again     |  ^   |
+//	  |                  (fence+1), or failed when out    +--+   |
+//	  |                  of attempts                             |
+//	  |        CompleteLeases ---------------------------------> succeeded
+//	  |        FailLease, permanent or last attempt -----------> failed
+//	  +--> canceled <-- the parent asked to cancel (batches only): queued
+//	                    at once; running at its next write or renewal
 //
 // A Runner is the machinery both need and neither should write twice:
 //
 //	Start --> fetch loop: claim up to the room it has (Handler.Claim),
 //	          back off with jitter while nothing comes (PollMin..PollMax)
 //	          each item: its own goroutine and context (Handler.Run)
-//	      --> renewal loop: every ttl/3, one Handler.Renew for every
-//	          live lease; "lost", or no renewal confirmed before the local
+//	      --> renewal loop: every ttl/3, one store.RenewLeases
+//	          (Config.Leases) for every live lease; "lost", or no renewal confirmed before the local
 //	          deadline (claim or last renewal + ttl): the item's context
 //	          ends with store.ErrLeaseLost; "canceled": with ErrCanceled
 //	      --> Config.Loops (batch writers, sweeps) for the session

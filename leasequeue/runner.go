@@ -3,8 +3,7 @@ package leasequeue
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -30,17 +29,15 @@ var (
 // the error every fenced write of the store answers: one error for one
 // condition, whoever sees it first.
 
-// Handler is what a Runner runs: how to claim items, renew their leases,
-// and carry one out.
+// Handler is what a Runner runs, for one kind of lease: how to claim
+// items and carry one out. The runner renews the leases itself
+// (Config.Leases).
 type Handler[T any] interface {
 	// Claim leases up to limit items to owner for ttl.
 	Claim(ctx context.Context, owner string, limit int, ttl time.Duration) ([]T, error)
-	// Key names an item among those the runner holds.
-	Key(item T) string
-	// Renew extends the leases of items to ttl from now. It answers the
-	// keys of the leases lost and of those renewed whose parent was asked
-	// to cancel.
-	Renew(ctx context.Context, owner string, items []T, ttl time.Duration) (lost, canceled []string, err error)
+	// Lease is the item's lease (its id names it among those the runner
+	// holds).
+	Lease(item T) store.Lease
 	// Run carries item out and records how it ended. ctx ends early, with
 	// its cause, when the lease is lost (store.ErrLeaseLost), the parent is
 	// canceled (ErrCanceled) or the grace of a stop ran out (ErrStopping).
@@ -48,7 +45,7 @@ type Handler[T any] interface {
 }
 
 // Parenter is a Handler whose items belong to parents that can be asked
-// to cancel (a task's batch). With Config.Wake, a wake.Cancel event that
+// to cancel (a task's batch). With Options.Wake, a wake.Cancel event that
 // names a parent ends the contexts of its items the runner holds at once,
 // with ErrCanceled; one of any parent makes the runner renew every lease
 // at once, and the renewal says which were canceled.
@@ -57,26 +54,18 @@ type Parenter[T any] interface {
 	Parent(item T) string
 }
 
-// Defaults of Config.
-const (
-	DefaultConcurrency = 4
-	DefaultLeaseTTL    = 30 * time.Second
-	DefaultGrace       = 10 * time.Second
-	DefaultPollMin     = 20 * time.Millisecond
-	DefaultPollMax     = time.Second
-	// DefaultWokenPollMax is PollMax's default with Config.Wake: the
-	// wake-ups bring the work, the poll is the safety net (a lease that
-	// expired in a process that died, a retry's backoff over in another
-	// process on SQLite).
-	DefaultWokenPollMax = 5 * time.Second
-)
+// Renewer renews leases: store.LeaseStore has it.
+type Renewer interface {
+	RenewLeases(ctx context.Context, p store.RenewParams) (store.RenewResult, error)
+}
 
 // Config configures a Runner. Zero fields take the defaults above.
 type Config struct {
-	// Owner names the runner's leases (required).
-	Owner string
-	// Concurrency is how many items run at once.
-	Concurrency int
+	// Options are the leases' owner, length and claims; MaxAttempts and
+	// the retry waits are the handler's.
+	Options
+	// Leases renews the leases the runner holds (required).
+	Leases Renewer
 	// ClaimAhead makes the runner lease more items than it runs: about
 	// LookAhead of work more (by the moving average of run times the
 	// handler reports with Session.Observe), at least Concurrency and at
@@ -85,33 +74,14 @@ type Config struct {
 	// bounds how many run at once itself. Without it the runner holds at
 	// most Concurrency items and claims whenever one is free.
 	ClaimAhead bool
-	// LeaseTTL is the lease length; leases are renewed every third of it.
-	LeaseTTL time.Duration
-	// Grace is how long Stop lets running items end before it ends their
-	// contexts with ErrStopping.
-	Grace time.Duration
-	// PollMin and PollMax bound the wait between claims that found nothing
-	// (doubling from PollMin, with jitter); PollMax is
-	// DefaultWokenPollMax by default when Wake is set.
-	PollMin, PollMax time.Duration
 	// Loops run beside the items for each Start..Stop, until every item of
 	// it has ended (batch writers, sweeps); their context then ends.
 	Loops []func(ctx context.Context)
 	// OnStart and OnStop, when set, are called when a Start starts the
 	// runner and when a Stop has stopped it (for log lines).
 	OnStart, OnStop func()
-	// Logger gets the runner's warnings; nil discards.
-	Logger *slog.Logger
-	// Now is the local clock for lease deadlines; time.Now by default.
-	Now func() time.Time
-	// Wake, when set, makes the runner claim as soon as work is there,
-	// not at its next poll: an event of a kind in WakeOn (due now, or at
-	// its At) makes it claim, and a wake.Cancel event stops items of the
-	// parent it names (see Parenter). The polls stay: they find what no
-	// event told of (a lease that expired in a process that died, work of
-	// a process the hub does not hear).
-	Wake *wake.Hub
-	// WakeOn are the kinds of Wake's events that mean work to claim.
+	// WakeOn are the kinds of Options.Wake's events that mean work to
+	// claim (due now, or at their At).
 	WakeOn wake.Kind
 }
 
@@ -122,31 +92,14 @@ const (
 )
 
 func (c Config) withDefaults() (Config, error) {
-	if c.Owner == "" {
-		return c, errors.New("new lease runner: an Owner is required")
+	if c.Owner == "" || c.Leases == nil {
+		return c, errors.New("new lease runner: an Owner and Leases are required")
 	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
+	o, err := c.Options.WithDefaults("")
+	if err != nil {
+		return c, fmt.Errorf("new lease runner: %w", err)
 	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	def(&c.LeaseTTL, DefaultLeaseTTL)
-	def(&c.Grace, DefaultGrace)
-	def(&c.PollMin, DefaultPollMin)
-	if c.Wake != nil {
-		def(&c.PollMax, DefaultWokenPollMax)
-	}
-	def(&c.PollMax, DefaultPollMax)
-	c.PollMax = max(c.PollMax, c.PollMin)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Options = o
 	return c, nil
 }
 
@@ -319,7 +272,7 @@ type run[T any] struct {
 	wake chan struct{} // a held item ended
 
 	stats *stats
-	// sub hears Config.Wake; claimNow and renewNow are its pokes of the
+	// sub hears Options.Wake; claimNow and renewNow are its pokes of the
 	// fetch and renewal loops (capacity one: a poke waiting is enough).
 	sub                *wake.Sub
 	claimNow, renewNow chan struct{}
@@ -607,7 +560,7 @@ func (r *run[T]) launch(it T, t0 time.Time) {
 	ctx, cancel := context.WithCancelCause(r.work)
 	h := &held[T]{item: it, ctx: ctx, cancel: cancel}
 	h.deadline.Store(t0.Add(r.cfg.LeaseTTL).UnixNano())
-	key := r.h.Key(it)
+	key := r.h.Lease(it).ID
 	r.mu.Lock()
 	r.held[key] = h
 	r.mu.Unlock()
@@ -659,9 +612,9 @@ func (r *run[T]) renewOnce() {
 	}
 	r.mu.Unlock()
 	if len(live) > 0 {
-		items := make([]T, len(live))
+		leases := make([]store.Lease, len(live))
 		for i, h := range live {
-			items[i] = h.item
+			leases[i] = r.h.Lease(h.item)
 		}
 		t0 := r.cfg.Now()
 		// Past the last of these leases' deadlines a renewal serves none
@@ -672,26 +625,26 @@ func (r *run[T]) renewOnce() {
 			last = max(last, h.deadline.Load())
 		}
 		rctx, cancel := context.WithTimeout(r.s.bg, time.Duration(last-t0.UnixNano()))
-		lost, canceled, err := r.h.Renew(rctx, r.cfg.Owner, items, r.cfg.LeaseTTL)
+		res, err := r.cfg.Leases.RenewLeases(rctx, store.RenewParams{Owner: r.cfg.Owner, Leases: leases, TTL: r.cfg.LeaseTTL})
 		cancel()
 		if err != nil {
 			if r.s.bg.Err() == nil && !r.s.Fault(err) {
-				r.cfg.Logger.Warn("lease renewal failed", "leases", len(items), "err", err)
+				r.cfg.Logger.Warn("lease renewal failed", "leases", len(leases), "err", err)
 			}
 		} else {
-			isLost := make(map[string]bool, len(lost))
-			for _, k := range lost {
+			isLost := make(map[string]bool, len(res.Lost))
+			for _, k := range res.Lost {
 				isLost[k] = true
 			}
-			isCanceled := make(map[string]bool, len(canceled))
-			for _, k := range canceled {
+			isCanceled := make(map[string]bool, len(res.Canceled))
+			for _, k := range res.Canceled {
 				isCanceled[k] = true
 			}
-			if len(lost) > 0 {
+			if len(res.Lost) > 0 {
 				poke(r.claimNow) // an expired lease is claimable again
 			}
-			for _, h := range live {
-				key := r.h.Key(h.item)
+			for i, h := range live {
+				key := leases[i].ID
 				switch {
 				case isLost[key]:
 					h.cancel(store.ErrLeaseLost)

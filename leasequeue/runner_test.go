@@ -65,17 +65,23 @@ func (q *queue) Claim(_ context.Context, owner string, limit int, ttl time.Durat
 	return out, nil
 }
 
-func (q *queue) Key(item string) string { return item }
+func (q *queue) Lease(item string) store.Lease { return store.Lease{Kind: "test", ID: item} }
 
-func (q *queue) Renew(ctx context.Context, _ string, items []string, _ time.Duration) ([]string, []string, error) {
+// RenewLeases is the queue's store: renew, when set, answers.
+func (q *queue) RenewLeases(ctx context.Context, p store.RenewParams) (store.RenewResult, error) {
 	if q.renewHangs {
 		<-ctx.Done() // a stuck connection: the call ends with its context
-		return nil, nil, ctx.Err()
+		return store.RenewResult{}, ctx.Err()
 	}
 	if q.renew != nil {
-		return q.renew(items)
+		items := make([]string, len(p.Leases))
+		for i, l := range p.Leases {
+			items[i] = l.ID
+		}
+		lost, canceled, err := q.renew(items)
+		return store.RenewResult{Lost: lost, Canceled: canceled}, err
 	}
-	return nil, nil, nil
+	return store.RenewResult{}, nil
 }
 
 func (q *queue) Run(ctx context.Context, s *leasequeue.Session, item string) {
@@ -119,6 +125,9 @@ func newRunner(t *testing.T, cfg leasequeue.Config, q *queue) *leasequeue.Runner
 	if cfg.Owner == "" {
 		cfg.Owner = "test"
 	}
+	if cfg.Leases == nil {
+		cfg.Leases = q
+	}
 	r, err := leasequeue.New(cfg, q)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +141,7 @@ func TestRunsEveryItemOnce(t *testing.T) {
 	t.Parallel()
 	q := newQueue(200)
 	q.run = func(ctx context.Context, _ string) { time.Sleep(100 * time.Microsecond) }
-	r := newRunner(t, leasequeue.Config{Concurrency: 3}, q)
+	r := newRunner(t, leasequeue.Config{Options: leasequeue.Options{Concurrency: 3}}, q)
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +162,7 @@ func TestRunsEveryItemOnce(t *testing.T) {
 func TestClaimAheadClaimsInBatches(t *testing.T) {
 	t.Parallel()
 	q := newQueue(2000)
-	r := newRunner(t, leasequeue.Config{Concurrency: 2, ClaimAhead: true}, q)
+	r := newRunner(t, leasequeue.Config{Options: leasequeue.Options{Concurrency: 2}, ClaimAhead: true}, q)
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +203,7 @@ func TestRenewalEndsItems(t *testing.T) {
 				<-ctx.Done()
 				causes <- context.Cause(ctx)
 			}
-			r := newRunner(t, leasequeue.Config{Concurrency: 1, LeaseTTL: 30 * time.Millisecond}, q)
+			r := newRunner(t, leasequeue.Config{Options: leasequeue.Options{Concurrency: 1, LeaseTTL: 30 * time.Millisecond}}, q)
 			if err := r.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -234,7 +243,10 @@ func TestStopGrace(t *testing.T) {
 		ends[item] <- context.Cause(ctx)
 	}
 	r := newRunner(t, leasequeue.Config{
-		Concurrency: 2, Grace: 100 * time.Millisecond,
+		Options: leasequeue.Options{
+			Concurrency: 2,
+			Grace:       100 * time.Millisecond,
+		},
 		Loops: []func(context.Context){func(ctx context.Context) { <-ctx.Done(); loopSawItemsEnded <- itemsEnded.Load() }},
 	}, q)
 	if err := r.Start(context.Background()); err != nil {
@@ -257,7 +269,7 @@ func TestStopGrace(t *testing.T) {
 func TestStartStopInAnyOrder(t *testing.T) {
 	t.Parallel()
 	q := newQueue(0)
-	r := newRunner(t, leasequeue.Config{Concurrency: 2, PollMax: 5 * time.Millisecond}, q)
+	r := newRunner(t, leasequeue.Config{Options: leasequeue.Options{Concurrency: 2, PollMax: 5 * time.Millisecond}}, q)
 	r.Stop(context.Background()) // stopping a runner never started
 	var wg sync.WaitGroup
 	for i := range 16 {
@@ -312,7 +324,7 @@ func TestSlowClaimIsRenewedFirst(t *testing.T) {
 		}
 		causes <- context.Cause(ctx)
 	}
-	r := newRunner(t, leasequeue.Config{Concurrency: 2, LeaseTTL: 900 * time.Millisecond}, q)
+	r := newRunner(t, leasequeue.Config{Options: leasequeue.Options{Concurrency: 2, LeaseTTL: 900 * time.Millisecond}}, q)
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

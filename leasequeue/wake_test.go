@@ -51,8 +51,8 @@ func (q *wakingQueue) idle(t *testing.T) {
 
 func startWaking(t *testing.T, q *wakingQueue, hub *wake.Hub) *leasequeue.Runner[string] {
 	t.Helper()
-	r, err := leasequeue.New(leasequeue.Config{Owner: "test", Concurrency: 2, PollMin: hourly, PollMax: hourly,
-		LeaseTTL: 3 * hourly, Wake: hub, WakeOn: wake.Tasks}, leasequeue.Handler[string](q))
+	r, err := leasequeue.New(leasequeue.Config{Options: leasequeue.Options{Owner: "test", Concurrency: 2, PollMin: hourly, PollMax: hourly,
+		LeaseTTL: 3 * hourly, Wake: hub}, Leases: q, WakeOn: wake.Tasks}, leasequeue.Handler[string](q))
 	if err != nil {
 		t.Fatal(err)
 	}

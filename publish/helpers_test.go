@@ -88,7 +88,7 @@ func (e *env) batch(requestID string, n int) (string, []intent.Asset) {
 			comps[i] = store.Completion{Lease: c.Lease, Asset: intent.Asset{ID: id, SHA256: info.SHA256, ContentType: "image/png",
 				Size: info.Size, Width: 8, Height: 6}}
 		}
-		res, err := e.st.CompleteTasks(ctx, comps)
+		res, err := e.st.CompleteLeases(ctx, comps)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func (e *env) batch(requestID string, n int) (string, []intent.Asset) {
 				e.t.Fatal(err)
 			}
 			if c.BatchID == in.Batch.ID {
-				made[c.TaskID] = a
+				made[c.ID] = a
 			}
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/go-json-experiment/json"
 
 	"studio/intent"
+	"studio/leasequeue"
 	"studio/publish"
 	"studio/store"
 )
@@ -89,7 +90,7 @@ func TestGalleryPublishesEachItemOnce(t *testing.T) {
 	batch, assets := e.batch("gen", 6)
 	pub := e.publication("pub", batch, assets[:5], intent.ChannelGallery)
 	g := e.gallery()
-	e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelGallery: g}, Concurrency: 3})
+	e.runner(publish.Config{Options: leasequeue.Options{Concurrency: 3}, Channels: map[string]publish.Channel{intent.ChannelGallery: g}})
 	p := e.wait(pub.Publication.ID, ended)
 	if p.State != intent.StateSucceeded || p.Counts.Succeeded != 5 {
 		t.Fatalf("publication %+v", p)
@@ -145,7 +146,7 @@ func TestGalleryFinishesAfterACrash(t *testing.T) {
 		}
 	}
 	// The dead worker's leases run out; a live runner finishes everything.
-	e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelGallery: g}, LeaseTTL: 5 * time.Second})
+	e.runner(publish.Config{Options: leasequeue.Options{LeaseTTL: 5 * time.Second}, Channels: map[string]publish.Channel{intent.ChannelGallery: g}})
 	p := e.wait(pub.Publication.ID, ended)
 	if p.State != intent.StateSucceeded {
 		t.Fatalf("publication %+v", p)
@@ -153,7 +154,7 @@ func TestGalleryFinishesAfterACrash(t *testing.T) {
 	checkGallery(t, e, g, p.ID, assets)
 	for _, it := range e.items(p.ID) {
 		want := 1
-		if it.ID == crashed[0].ItemID || it.ID == crashed[1].ItemID {
+		if it.ID == crashed[0].Lease.ID || it.ID == crashed[1].Lease.ID {
 			want = 2
 		}
 		if it.Attempts != want {
@@ -161,9 +162,9 @@ func TestGalleryFinishesAfterACrash(t *testing.T) {
 		}
 	}
 	// The dead worker's late completion changes nothing.
-	errs, err := e.st.CompleteItems(context.Background(), []store.ItemLease{crashed[0].ItemLease})
-	if err != nil || !errors.Is(errs[0], store.ErrLeaseLost) {
-		t.Fatalf("a completion with the old fence: %v %v", errs, err)
+	res, err := e.st.CompleteLeases(context.Background(), []store.Completion{{Lease: crashed[0].Lease}})
+	if err != nil || !errors.Is(res[0].Err, store.ErrLeaseLost) {
+		t.Fatalf("a completion with the old fence: %v %v", res, err)
 	}
 }
 
@@ -331,7 +332,7 @@ func TestWebhookOutOfAttempts(t *testing.T) {
 	rc := newReceiver(t, func(string, int) int { return http.StatusBadGateway })
 	batch, assets := e.batch("gen", 1)
 	pub := e.publication("pub", batch, assets, intent.ChannelWebhook)
-	e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(rc.srv.URL)}, MaxAttempts: 3, RetryBase: 5 * time.Millisecond})
+	e.runner(publish.Config{Options: leasequeue.Options{MaxAttempts: 3, RetryBase: 5 * time.Millisecond}, Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(rc.srv.URL)}})
 	p := e.wait(pub.Publication.ID, ended)
 	ds := rc.all()
 	if p.State != intent.StateFailed || len(ds) != 3 {
@@ -375,8 +376,14 @@ func TestWebhookHonoursRetryAfter(t *testing.T) {
 			rc.setRetryAfter(c.retryAfter)
 			batch, assets := e.batch("gen", 1)
 			pub := e.publication("pub", batch, assets, intent.ChannelWebhook)
-			e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(rc.srv.URL)},
-				MaxAttempts: 3, RetryBase: 5 * time.Millisecond, RetryMax: 10 * time.Millisecond})
+			e.runner(publish.Config{
+				Options: leasequeue.Options{
+					MaxAttempts: 3,
+					RetryBase:   5 * time.Millisecond,
+					RetryMax:    10 * time.Millisecond,
+				},
+				Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(rc.srv.URL)},
+			})
 			p := e.wait(pub.Publication.ID, ended)
 			ds := rc.all()
 			if p.State != intent.StateSucceeded || len(ds) != 2 {
@@ -442,7 +449,7 @@ func newBlocking() *blockingChannel {
 
 func (b *blockingChannel) Publish(ctx context.Context, it store.ClaimedItem) error {
 	b.ran.Add(1)
-	b.started <- it.ItemID
+	b.started <- it.Lease.ID
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -460,8 +467,14 @@ func TestRunnerStopHandsItemsBack(t *testing.T) {
 	pub := e.publication("pub", batch, assets, intent.ChannelGallery)
 	ch := newBlocking()
 	obs := newObserved()
-	r, err := publish.New(publish.Config{Store: e.st, Channels: map[string]publish.Channel{intent.ChannelGallery: ch},
-		Grace: 50 * time.Millisecond, Observe: obs.fn})
+	r, err := publish.New(publish.Config{
+		Options: leasequeue.Options{
+			Grace: 50 * time.Millisecond,
+		},
+		Store:    e.st,
+		Channels: map[string]publish.Channel{intent.ChannelGallery: ch},
+		Observe:  obs.fn,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +494,7 @@ func TestRunnerStopHandsItemsBack(t *testing.T) {
 	// Started again, it finishes them (the release did not use up an
 	// attempt's budget: a runner with MaxAttempts 1 still takes them).
 	close(ch.release)
-	r2 := e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelGallery: ch}, MaxAttempts: 1})
+	r2 := e.runner(publish.Config{Options: leasequeue.Options{MaxAttempts: 1}, Channels: map[string]publish.Channel{intent.ChannelGallery: ch}})
 	_ = r2
 	if p := e.wait(pub.Publication.ID, ended); p.State != intent.StateSucceeded {
 		t.Fatalf("after restart: %+v", p)
@@ -497,7 +510,7 @@ func TestRunnerGraceLetsItemsEnd(t *testing.T) {
 	batch, assets := e.batch("gen", 1)
 	pub := e.publication("pub", batch, assets, intent.ChannelGallery)
 	ch := newBlocking()
-	r, err := publish.New(publish.Config{Store: e.st, Channels: map[string]publish.Channel{intent.ChannelGallery: ch}, Grace: 30 * time.Second})
+	r, err := publish.New(publish.Config{Options: leasequeue.Options{Grace: 30 * time.Second}, Store: e.st, Channels: map[string]publish.Channel{intent.ChannelGallery: ch}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,7 +538,7 @@ func TestRunnerRenewsLongItems(t *testing.T) {
 	// scheduling (and by the thief's writes) still lands in time; the
 	// claims below run for 3 ttl.
 	ttl := 3 * time.Second
-	e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelGallery: ch}, LeaseTTL: ttl})
+	e.runner(publish.Config{Options: leasequeue.Options{LeaseTTL: ttl}, Channels: map[string]publish.Channel{intent.ChannelGallery: ch}})
 	<-ch.started
 	// Another claimer finds nothing to take the whole time.
 	deadline := time.Now().Add(3 * ttl)
@@ -549,17 +562,17 @@ type losingStore struct {
 	completes atomic.Int64
 }
 
-func (s *losingStore) RenewItemLeases(ctx context.Context, p store.ItemRenewParams) (store.ItemRenewResult, error) {
-	var res store.ItemRenewResult
+func (s *losingStore) RenewLeases(ctx context.Context, p store.RenewParams) (store.RenewResult, error) {
+	var res store.RenewResult
 	for _, l := range p.Leases {
-		res.Lost = append(res.Lost, l.ItemID)
+		res.Lost = append(res.Lost, l.ID)
 	}
 	return res, nil
 }
 
-func (s *losingStore) CompleteItems(ctx context.Context, leases []store.ItemLease) ([]error, error) {
+func (s *losingStore) CompleteLeases(ctx context.Context, cs []store.Completion) ([]store.CompletionResult, error) {
 	s.completes.Add(1)
-	return s.Store.CompleteItems(ctx, leases)
+	return s.Store.CompleteLeases(ctx, cs)
 }
 
 // TestRunnerLostLeaseRecordsNothing: when a renewal says the lease is
@@ -572,8 +585,15 @@ func TestRunnerLostLeaseRecordsNothing(t *testing.T) {
 	ch := newBlocking()
 	obs := newObserved()
 	ls := &losingStore{Store: e.st}
-	e.runner(publish.Config{Store: ls, Channels: map[string]publish.Channel{intent.ChannelGallery: ch}, LeaseTTL: 150 * time.Millisecond,
-		Observe: obs.fn, MaxAttempts: 100})
+	e.runner(publish.Config{
+		Options: leasequeue.Options{
+			LeaseTTL:    150 * time.Millisecond,
+			MaxAttempts: 100,
+		},
+		Store:    ls,
+		Channels: map[string]publish.Channel{intent.ChannelGallery: ch},
+		Observe:  obs.fn,
+	})
 	<-ch.started
 	if got := obs.next(t); got != "gallery:lost" {
 		t.Fatalf("outcome %q", got)
@@ -594,7 +614,7 @@ func TestRunnerWithoutTheChannel(t *testing.T) {
 	batch, assets := e.batch("gen", 1)
 	pub := e.publication("pub", batch, assets, intent.ChannelWebhook)
 	obs := newObserved()
-	e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelGallery: e.gallery()}, Observe: obs.fn, RetryBase: time.Hour})
+	e.runner(publish.Config{Options: leasequeue.Options{RetryBase: time.Hour}, Channels: map[string]publish.Channel{intent.ChannelGallery: e.gallery()}, Observe: obs.fn})
 	if got := obs.next(t); got != "webhook:retry" {
 		t.Fatalf("outcome %q", got)
 	}
@@ -614,7 +634,7 @@ func TestRunnersShareWithoutDoubles(t *testing.T) {
 	batch, assets := e.batch("gen", 60)
 	pub := e.publication("pub", batch, assets, intent.ChannelWebhook)
 	for range 3 {
-		e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(rc.srv.URL)}, Concurrency: 4})
+		e.runner(publish.Config{Options: leasequeue.Options{Concurrency: 4}, Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(rc.srv.URL)}})
 	}
 	if p := e.wait(pub.Publication.ID, ended); p.State != intent.StateSucceeded {
 		t.Fatalf("publication %+v", p)

@@ -2,11 +2,8 @@ package publish
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	mrand "math/rand/v2"
 	"time"
@@ -15,18 +12,6 @@ import (
 	"studio/leasequeue"
 	"studio/store"
 	"studio/wake"
-)
-
-// Defaults of Config.
-const (
-	DefaultConcurrency = leasequeue.DefaultConcurrency
-	DefaultLeaseTTL    = leasequeue.DefaultLeaseTTL
-	DefaultMaxAttempts = 5
-	DefaultRetryBase   = 500 * time.Millisecond
-	DefaultRetryMax    = time.Minute
-	DefaultGrace       = leasequeue.DefaultGrace
-	DefaultPollMin     = leasequeue.DefaultPollMin
-	DefaultPollMax     = leasequeue.DefaultPollMax
 )
 
 // Outcome is how one try of an item ended, for Config.Observe.
@@ -43,81 +28,36 @@ const (
 
 // Store is what a Runner needs of the store: store.PublicationStore has it.
 type Store interface {
+	store.LeaseStore
 	ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.ClaimedItem, error)
-	RenewItemLeases(ctx context.Context, p store.ItemRenewParams) (store.ItemRenewResult, error)
-	CompleteItems(ctx context.Context, leases []store.ItemLease) ([]error, error)
-	FailItem(ctx context.Context, f store.ItemFailure) (intent.State, error)
-	ReleaseItems(ctx context.Context, leases []store.ItemLease) ([]error, error)
 }
 
-// Config configures a Runner. Zero fields take the defaults above.
+// Config configures a Runner. Zero fields take the defaults of
+// leasequeue.Options.
 type Config struct {
+	// Options are the runner's: how many items run at once, the lease
+	// length, the attempts and their retry waits, the grace of a stop (the
+	// items still running after it are canceled and their leases handed
+	// back), the polls, the logger and the owner.
+	leasequeue.Options
 	Store Store
 	// Channels carry items out, by channel name. An item of a channel
 	// missing here fails its attempt (and is retried after a backoff, when
 	// a runner that has the channel may take it).
 	Channels map[string]Channel
-	// Concurrency is how many items run at once.
-	Concurrency int
-	// LeaseTTL is the length of an item lease; it is renewed every third.
-	LeaseTTL time.Duration
-	// MaxAttempts is how many failed tries make an item failed.
-	MaxAttempts int
-	// RetryBase is the wait after a first failure; it doubles per attempt,
-	// with jitter, up to RetryMax.
-	RetryBase, RetryMax time.Duration
-	// Grace is how long Stop lets running items end before it cancels
-	// them and hands their leases back.
-	Grace time.Duration
-	// PollMin and PollMax bound the wait between claims that found nothing.
-	PollMin, PollMax time.Duration
-	// Logger gets what the runner does; nil discards.
-	Logger *slog.Logger
-	// Owner names this runner's leases; random by default.
-	Owner string
 	// Observe, when set, is told the outcome of every try (for metrics).
 	Observe func(channel string, outcome Outcome)
-	// Wake, when set, is the store's hub: the runner claims as soon as a
-	// commit makes items claimable (wake.Items), not at its next poll.
-	Wake *wake.Hub
 }
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Store == nil || len(c.Channels) == 0 {
 		return c, errors.New("new publish runner: a Store and at least one channel are required")
 	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
+	o, err := c.Options.WithDefaults("publisher")
+	if err != nil {
+		return c, fmt.Errorf("new publish runner: %w", err)
 	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	def(&c.LeaseTTL, DefaultLeaseTTL)
-	def(&c.RetryBase, DefaultRetryBase)
-	def(&c.RetryMax, DefaultRetryMax)
-	def(&c.Grace, DefaultGrace)
-	def(&c.PollMin, DefaultPollMin)
-	if c.Wake == nil {
-		def(&c.PollMax, DefaultPollMax)
-	}
-	if c.PollMax > 0 && c.PollMax < c.PollMin {
-		c.PollMax = c.PollMin
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if c.Owner == "" {
-		var b [8]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return c, fmt.Errorf("new publish runner: %w", err)
-		}
-		c.Owner = "publisher-" + hex.EncodeToString(b[:])
-	}
+	c.Options = o
 	return c, nil
 }
 
@@ -134,7 +74,7 @@ type Runner struct {
 type items struct {
 	cfg         Config
 	log         *slog.Logger
-	completions *leasequeue.Batcher[store.ItemLease, error]
+	completions *leasequeue.Batcher[store.Completion, store.CompletionResult]
 }
 
 // New checks cfg and returns a stopped runner.
@@ -146,19 +86,15 @@ func New(cfg Config) (*Runner, error) {
 	h := &items{
 		cfg:         c,
 		log:         c.Logger.With("owner", c.Owner),
-		completions: leasequeue.NewBatcher(leasequeue.MaxHeld, c.Store.CompleteItems),
+		completions: leasequeue.NewBatcher(leasequeue.MaxHeld, c.Store.CompleteLeases),
 	}
+	runnerOptions := c.Options
+	runnerOptions.Logger = h.log
 	r, err := leasequeue.New(leasequeue.Config{
-		Owner:       c.Owner,
-		Concurrency: c.Concurrency,
-		LeaseTTL:    c.LeaseTTL,
-		Grace:       c.Grace,
-		PollMin:     c.PollMin,
-		PollMax:     c.PollMax,
-		Loops:       []func(context.Context){h.completions.Loop},
-		Logger:      h.log,
-		Wake:        c.Wake,
-		WakeOn:      wake.Items,
+		Options: runnerOptions,
+		Leases:  c.Store,
+		Loops:   []func(context.Context){h.completions.Loop},
+		WakeOn:  wake.Items,
 	}, h)
 	if err != nil {
 		return nil, fmt.Errorf("new publish runner: %w", err)
@@ -187,24 +123,13 @@ func (h *items) Claim(ctx context.Context, owner string, limit int, ttl time.Dur
 	})
 }
 
-// Key is the item's id.
-func (h *items) Key(it store.ClaimedItem) string { return it.ItemID }
-
-// Renew renews the items' leases in one call; items have no parent to
-// cancel them.
-func (h *items) Renew(ctx context.Context, owner string, its []store.ClaimedItem, ttl time.Duration) (lost, canceled []string, err error) {
-	leases := make([]store.ItemLease, len(its))
-	for i, it := range its {
-		leases[i] = it.ItemLease
-	}
-	res, err := h.cfg.Store.RenewItemLeases(ctx, store.ItemRenewParams{Owner: owner, Leases: leases, TTL: ttl})
-	return res.Lost, nil, err
-}
+// Lease is the item's lease.
+func (h *items) Lease(it store.ClaimedItem) store.Lease { return it.Lease }
 
 // Run hands the item to its channel and records how it ended, with its
 // fence.
 func (h *items) Run(ctx context.Context, sess *leasequeue.Session, it store.ClaimedItem) {
-	log := h.log.With("item", it.ItemID, "publication", it.PublicationID, "channel", it.Channel, "attempt", it.Attempt)
+	log := h.log.With("item", it.Lease.ID, "publication", it.PublicationID, "channel", it.Channel, "attempt", it.Attempt)
 	err := h.publish(ctx, it)
 	lost := errors.Is(context.Cause(ctx), store.ErrLeaseLost)
 	// The store calls below must run even when the item was canceled.
@@ -215,7 +140,8 @@ func (h *items) Run(ctx context.Context, sess *leasequeue.Session, it store.Clai
 	case lost:
 		outcome = OutcomeLost
 	case err == nil:
-		lerr, cerr := h.completions.Do(it.ItemLease)
+		res, cerr := h.completions.Do(store.Completion{Lease: it.Lease})
+		lerr := res.Err
 		switch {
 		case sess.Fault(cerr):
 			return // logged once per outage; the lease will expire and the item run again
@@ -231,7 +157,7 @@ func (h *items) Run(ctx context.Context, sess *leasequeue.Session, it store.Clai
 	case errors.Is(context.Cause(ctx), leasequeue.ErrStopping), sess.Fault(err):
 		// Stopping, or the database (the disk) failed and not the item:
 		// hand it back, which does not count against its attempts.
-		errs, rerr := h.cfg.Store.ReleaseItems(sctx, []store.ItemLease{it.ItemLease})
+		errs, rerr := h.cfg.Store.ReleaseLeases(sctx, []store.Lease{it.Lease})
 		switch {
 		case sess.Fault(rerr):
 			return // logged once per outage; the lease will expire
@@ -246,7 +172,7 @@ func (h *items) Run(ctx context.Context, sess *leasequeue.Session, it store.Clai
 	default:
 		// No sooner than the receiver said (429, 503 with Retry-After).
 		backoff := leasequeue.RetryWait(h.cfg.RetryBase, h.cfg.RetryMax, it.Attempt, mrand.Float64(), err)
-		state, ferr := h.cfg.Store.FailItem(sctx, store.ItemFailure{ItemLease: it.ItemLease, Error: err.Error(),
+		state, ferr := h.cfg.Store.FailLease(sctx, store.Failure{Lease: it.Lease, Error: err.Error(),
 			Permanent: IsPermanent(err), MaxAttempts: h.cfg.MaxAttempts, Backoff: backoff})
 		switch {
 		case errors.Is(ferr, store.ErrLeaseLost):

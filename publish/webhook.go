@@ -105,7 +105,7 @@ func (w *Webhook) Publish(ctx context.Context, it store.ClaimedItem) error {
 	}
 	a := it.Asset
 	body, err := json.Marshal(Delivery{
-		ItemID: it.ItemID, PublicationID: it.PublicationID,
+		ItemID: it.Lease.ID, PublicationID: it.PublicationID,
 		Asset:  DeliveryAsset{ID: a.ID, SHA256: a.SHA256, ContentType: a.ContentType, Size: a.Size, Width: a.Width, Height: a.Height},
 		Prompt: it.Prompt, Collection: it.Collection, Frame: it.Frame, Generator: it.Generator, Candidate: it.Candidate,
 		Content: base64.StdEncoding.EncodeToString(data),
@@ -118,12 +118,12 @@ func (w *Webhook) Publish(ctx context.Context, it store.ClaimedItem) error {
 		return Permanent(fmt.Errorf("webhook: %w", err))
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", `"`+it.ItemID+`"`)
+	req.Header.Set("Idempotency-Key", `"`+it.Lease.ID+`"`)
 	req.Header.Set(AttemptHeader, strconv.Itoa(it.Attempt))
 	req.Header.Set("User-Agent", "studio-publisher")
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("webhook: deliver item %s: %w", it.ItemID, err)
+		return fmt.Errorf("webhook: deliver item %s: %w", it.Lease.ID, err)
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
@@ -132,17 +132,17 @@ func (w *Webhook) Publish(ctx context.Context, it store.ClaimedItem) error {
 		return nil
 	case s >= 300 && s < 400:
 		return Permanent(fmt.Errorf("webhook: the receiver answered %d (redirect to %q, not followed) to item %s",
-			s, resp.Header.Get("Location"), it.ItemID))
+			s, resp.Header.Get("Location"), it.Lease.ID))
 	case s == http.StatusTooManyRequests, s == http.StatusServiceUnavailable:
-		err := fmt.Errorf("webhook: the receiver answered %d to item %s", s, it.ItemID)
+		err := fmt.Errorf("webhook: the receiver answered %d to item %s", s, it.Lease.ID)
 		if d, ok := retryafter.Parse(resp.Header.Get("Retry-After"), time.Now()); ok {
 			d = min(d, MaxRetryAfter)
 			return RetryLater(fmt.Errorf("%w (retry after %s)", err, d), d)
 		}
 		return err
 	case s == http.StatusRequestTimeout, s == http.StatusConflict, s == http.StatusTooEarly, s >= 500:
-		return fmt.Errorf("webhook: the receiver answered %d to item %s", s, it.ItemID)
+		return fmt.Errorf("webhook: the receiver answered %d to item %s", s, it.Lease.ID)
 	default:
-		return Permanent(fmt.Errorf("webhook: the receiver refused item %s with %d", it.ItemID, s))
+		return Permanent(fmt.Errorf("webhook: the receiver refused item %s with %d", it.Lease.ID, s))
 	}
 }

@@ -71,20 +71,20 @@ type stepWriter struct {
 }
 
 func (w *stepWriter) SaveStep(_ context.Context, st StepSave) (bool, error) {
-	w.order = append(w.order, st.TaskID)
-	if st.TaskID == w.broken {
+	w.order = append(w.order, st.ID)
+	if st.ID == w.broken {
 		return false, errors.New("disk full")
 	}
-	return w.live[st.TaskID], nil
+	return w.live[st.ID], nil
 }
 
 func (w *stepWriter) CancelIfRequested(_ context.Context, l Lease) error {
-	return CancelRequested(w.deltas, "batch", w.canceling[l.TaskID])
+	return CancelRequested(w.deltas, "batch", w.canceling[l.ID])
 }
 
 func TestSaveStepsIn(t *testing.T) {
 	t.Parallel()
-	steps := []StepSave{{Lease: Lease{TaskID: "a"}}, {Lease: Lease{TaskID: "b"}}, {Lease: Lease{TaskID: "c"}}}
+	steps := []StepSave{{Lease: Lease{ID: "a"}}, {Lease: Lease{ID: "b"}}, {Lease: Lease{ID: "c"}}}
 	w := &stepWriter{live: map[string]bool{"a": true}, canceling: map[string]bool{"b": true}, deltas: CountDeltas{}}
 	out, err := SaveStepsIn(context.Background(), w, steps, []int{2, 1, 0})
 	if err != nil {

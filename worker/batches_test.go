@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"studio/intent"
+	"studio/leasequeue"
 	"studio/worker"
 )
 
@@ -53,7 +54,7 @@ func TestFinishedBatchIsLogged(t *testing.T) {
 	var logs lockedBuffer
 	done := e.batch(spec{frames: 3, params: `{"height":16,"width":16}`})
 	slow := e.batch(spec{frames: 1, prompt: "slow", params: `{"delay_ms":60000,"height":16,"width":16}`})
-	p := e.pool(worker.Config{Batches: e.st, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	p := e.pool(worker.Config{Options: leasequeue.Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, Batches: e.st})
 	e.waitBatch("alice", done.ID, ended)
 	deadline := time.Now().Add(30 * time.Second)
 	for len(finished(logs.String(), done.ID)) == 0 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"studio/intent"
+	"studio/leasequeue"
 	"studio/store/sqlite"
 	"studio/worker"
 )
@@ -37,8 +38,17 @@ func BenchmarkDrain(b *testing.B) {
 				}
 				var ps []*worker.Pool
 				for i := 0; i < pools; i++ {
-					p, err := worker.New(worker.Config{Store: e.open(), Generators: embedded(), Blobs: e.blobs,
-						Concurrency: worker.DefaultConcurrency, SweepEvery: -1, PollMin: time.Millisecond, PollMax: 10 * time.Millisecond})
+					p, err := worker.New(worker.Config{
+						Options: leasequeue.Options{
+							Concurrency: leasequeue.DefaultConcurrency,
+							PollMin:     time.Millisecond,
+							PollMax:     10 * time.Millisecond,
+						},
+						Store:      e.open(),
+						Generators: embedded(),
+						Blobs:      e.blobs,
+						SweepEvery: -1,
+					})
 					if err != nil {
 						b.Fatal(err)
 					}

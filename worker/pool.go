@@ -2,12 +2,8 @@ package worker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"time"
 
 	"studio/blob"
@@ -18,18 +14,10 @@ import (
 	"studio/wake"
 )
 
-// Defaults of Config.
+// Defaults of Config beyond leasequeue.Options'.
 const (
-	DefaultConcurrency = leasequeue.DefaultConcurrency
-	DefaultLeaseTTL    = leasequeue.DefaultLeaseTTL
-	DefaultMaxAttempts = 5
-	DefaultRetryBase   = 500 * time.Millisecond
-	DefaultRetryMax    = time.Minute
-	DefaultGrace       = leasequeue.DefaultGrace
-	DefaultPollMin     = leasequeue.DefaultPollMin
-	DefaultPollMax     = leasequeue.DefaultPollMax
-	DefaultSweepEvery  = time.Hour
-	DefaultSweepAge    = time.Hour
+	DefaultSweepEvery = time.Hour
+	DefaultSweepAge   = time.Hour
 	// DefaultStepRecordAfter: steps shorter than this are not recorded.
 	DefaultStepRecordAfter = 100 * time.Millisecond
 )
@@ -86,22 +74,14 @@ type Generators interface {
 
 // Config configures a Pool. Zero fields take the defaults above.
 type Config struct {
+	// Options are the runner's: how many tasks run at once, the lease
+	// length, the attempts and their retry waits, the grace of a stop (the
+	// steps still running after it are canceled; either way their leases
+	// are handed back), the polls, the logger and the owner.
+	leasequeue.Options
 	Store      store.TaskStore
 	Generators Generators
 	Blobs      blob.Store
-	// Concurrency is how many tasks run at once.
-	Concurrency int
-	// LeaseTTL is the length of a task lease; it is renewed every third.
-	LeaseTTL time.Duration
-	// MaxAttempts is how many failed tries make a task failed.
-	MaxAttempts int
-	// RetryBase is the wait after a first failure; it doubles per attempt,
-	// with jitter, up to RetryMax.
-	RetryBase time.Duration
-	RetryMax  time.Duration
-	// Grace is how long Stop lets running steps end before it cancels
-	// them; either way their leases are handed back.
-	Grace time.Duration
 	// StepRecordAfter: a step is recorded only once redoing it would take
 	// this long (see the package doc); negative records every step at once.
 	StepRecordAfter time.Duration
@@ -122,27 +102,12 @@ type Config struct {
 	// no attempt spent) instead of failed, and while the generator's
 	// breaker is open claims skip its tasks.
 	Breakers *Breakers
-	// Logger gets what the pool does; nil discards.
-	Logger *slog.Logger
-	// Owner names this pool's leases; random by default.
-	Owner string
-	// PollMin and PollMax bound the wait between claims that found
-	// nothing; PollMax is leasequeue.DefaultWokenPollMax by default when
-	// Wake is set.
-	PollMin, PollMax time.Duration
 	// SweepEvery is how often the pool sweeps unnamed blobs (the first a
 	// minute after Start, or sooner if SweepEvery is shorter); negative
 	// disables sweeps. SweepAge is the age below which a blob is kept.
 	SweepEvery, SweepAge time.Duration
-	// Now is the local clock for lease deadlines; time.Now by default.
-	Now func() time.Time
 	// NewID makes asset ids; intent.NewID by default.
 	NewID func() (string, error)
-	// Wake, when set, is the store's hub: the pool claims as soon as a
-	// commit makes tasks claimable (wake.Tasks), at once or when a
-	// retry's backoff is over, not at its next poll; and a batch asked to
-	// cancel (wake.Cancel) ends its running tasks' contexts at once.
-	Wake *wake.Hub
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -150,41 +115,20 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.Store == nil || out.Generators == nil || out.Blobs == nil {
 		return out, errors.New("new worker pool: Store, Generators and Blobs are required")
 	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
+	o, err := out.Options.WithDefaults("worker")
+	if err != nil {
+		return out, fmt.Errorf("new worker pool: %w", err)
 	}
-	if out.Concurrency <= 0 {
-		out.Concurrency = DefaultConcurrency
+	out.Options = o
+	if out.SweepAge <= 0 {
+		out.SweepAge = DefaultSweepAge
 	}
-	if out.MaxAttempts <= 0 {
-		out.MaxAttempts = DefaultMaxAttempts
-	}
-	def(&out.LeaseTTL, DefaultLeaseTTL)
-	def(&out.RetryBase, DefaultRetryBase)
-	def(&out.RetryMax, DefaultRetryMax)
-	def(&out.Grace, DefaultGrace)
-	def(&out.PollMin, DefaultPollMin)
-	if out.Wake == nil {
-		def(&out.PollMax, DefaultPollMax)
-	}
-	def(&out.SweepAge, DefaultSweepAge)
 	if out.StepRecordAfter == 0 {
 		out.StepRecordAfter = DefaultStepRecordAfter
 	}
 	out.StepRecordAfter = max(out.StepRecordAfter, 0)
 	if out.SweepEvery == 0 {
 		out.SweepEvery = DefaultSweepEvery
-	}
-	if out.PollMax > 0 && out.PollMax < out.PollMin {
-		out.PollMax = out.PollMin
-	}
-	if out.Logger == nil {
-		out.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if out.Now == nil {
-		out.Now = time.Now
 	}
 	if out.Observe == nil {
 		out.Observe = func(Outcome) {}
@@ -194,13 +138,6 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.NewID == nil {
 		out.NewID = intent.NewID
-	}
-	if out.Owner == "" {
-		var b [8]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return out, fmt.Errorf("new worker pool: %w", err)
-		}
-		out.Owner = "worker-" + hex.EncodeToString(b[:])
 	}
 	return out, nil
 }
@@ -236,7 +173,7 @@ func New(cfg Config) (*Pool, error) {
 		cfg:         c,
 		runSlots:    make(chan struct{}, c.Concurrency),
 		stepWriter:  leasequeue.NewBatcher(leasequeue.MaxHeld, c.Store.SaveSteps),
-		completions: leasequeue.NewBatcher(leasequeue.MaxHeld, c.Store.CompleteTasks),
+		completions: leasequeue.NewBatcher(leasequeue.MaxHeld, c.Store.CompleteLeases),
 	}
 	loops := []func(context.Context){h.stepWriter.Loop, h.completions.Loop}
 	if c.SweepEvery > 0 {
@@ -247,18 +184,11 @@ func New(cfg Config) (*Pool, error) {
 		loops = append(loops, h.batchEndLoop)
 	}
 	r, err := leasequeue.New(leasequeue.Config{
-		Owner:       c.Owner,
-		Concurrency: c.Concurrency,
-		ClaimAhead:  true,
-		LeaseTTL:    c.LeaseTTL,
-		Grace:       c.Grace,
-		PollMin:     c.PollMin,
-		PollMax:     c.PollMax,
-		Loops:       loops,
-		Logger:      c.Logger,
-		Now:         c.Now,
-		Wake:        c.Wake,
-		WakeOn:      wake.Tasks,
+		Options:    c.Options,
+		Leases:     c.Store,
+		ClaimAhead: true,
+		Loops:      loops,
+		WakeOn:     wake.Tasks,
 		OnStart: func() {
 			c.Logger.Info("workers started", "owner", c.Owner, "concurrency", c.Concurrency,
 				"lease_ttl", c.LeaseTTL.String(), "max_attempts", c.MaxAttempts)

@@ -96,22 +96,12 @@ func (h *tasks) Claim(ctx context.Context, owner string, limit int, ttl time.Dur
 	return out, nil
 }
 
-// Key is the task's id.
-func (h *tasks) Key(tr *taskRun) string { return tr.c.TaskID }
+// Lease is the task's lease.
+func (h *tasks) Lease(tr *taskRun) store.Lease { return tr.c.Lease }
 
 // Parent is the task's batch: a cancel of the batch (wake.Cancel) ends the
 // task's context at once (leasequeue.Parenter).
 func (h *tasks) Parent(tr *taskRun) string { return tr.c.BatchID }
-
-// Renew renews the tasks' leases in one call.
-func (h *tasks) Renew(ctx context.Context, owner string, trs []*taskRun, ttl time.Duration) (lost, canceled []string, err error) {
-	leases := make([]store.Lease, len(trs))
-	for i, tr := range trs {
-		leases[i] = tr.c.Lease
-	}
-	res, err := h.cfg.Store.RenewLeases(ctx, store.RenewParams{Owner: owner, Leases: leases, TTL: ttl})
-	return res.Lost, res.Canceled, err
-}
 
 // Run runs a claimed task to its end and records it.
 func (h *tasks) Run(ctx context.Context, s *leasequeue.Session, tr *taskRun) {
@@ -147,7 +137,7 @@ func newTaskRun(c store.ClaimedTask, specs map[string]specResult) *taskRun {
 	tr := &taskRun{c: c, jobErr: sr.err}
 	if sr.in != nil {
 		tr.job = generator.Job{
-			Key: c.TaskID, Prompt: sr.in.Prompt, Collection: c.Collection, Frame: c.Frame,
+			Key: c.ID, Prompt: sr.in.Prompt, Collection: c.Collection, Frame: c.Frame,
 			Candidate: c.Candidate, Seed: sr.in.Seed, Params: sr.in.Params, Subjects: sr.in.Subjects,
 			Attempt: c.Attempt,
 		}

@@ -76,8 +76,8 @@ func (s *spy) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Clai
 	cs, err := s.TaskStore.ClaimTasks(ctx, p)
 	s.led.mu.Lock()
 	for _, c := range cs {
-		s.led.claims[c.TaskID]++
-		s.led.maxClaimed[c.TaskID] = max(s.led.maxClaimed[c.TaskID], c.Fence)
+		s.led.claims[c.ID]++
+		s.led.maxClaimed[c.ID] = max(s.led.maxClaimed[c.ID], c.Fence)
 	}
 	s.led.mu.Unlock()
 	return cs, err
@@ -107,15 +107,15 @@ func (s *spy) SaveSteps(ctx context.Context, steps []store.StepSave) ([]error, e
 	return errs, err
 }
 
-func (s *spy) CompleteTasks(ctx context.Context, cs []store.Completion) ([]store.CompletionResult, error) {
+func (s *spy) CompleteLeases(ctx context.Context, cs []store.Completion) ([]store.CompletionResult, error) {
 	s.gate()
-	res, err := s.TaskStore.CompleteTasks(ctx, cs)
+	res, err := s.TaskStore.CompleteLeases(ctx, cs)
 	n := 0
 	s.led.mu.Lock()
 	for i, r := range res {
 		if r.Err == nil {
 			n++
-			s.led.completions[cs[i].TaskID] = append(s.led.completions[cs[i].TaskID], cs[i].Fence)
+			s.led.completions[cs[i].ID] = append(s.led.completions[cs[i].ID], cs[i].Fence)
 		}
 	}
 	s.led.mu.Unlock()
@@ -123,18 +123,18 @@ func (s *spy) CompleteTasks(ctx context.Context, cs []store.Completion) ([]store
 	return res, err
 }
 
-func (s *spy) FailTask(ctx context.Context, f store.Failure) (intent.State, error) {
+func (s *spy) FailLease(ctx context.Context, f store.Failure) (intent.State, error) {
 	s.gate()
-	st, err := s.TaskStore.FailTask(ctx, f)
+	st, err := s.TaskStore.FailLease(ctx, f)
 	if err == nil {
 		s.wrote(1)
 	}
 	return st, err
 }
 
-func (s *spy) ReleaseTasks(ctx context.Context, ls []store.Lease) ([]error, error) {
+func (s *spy) ReleaseLeases(ctx context.Context, ls []store.Lease) ([]error, error) {
 	s.gate()
-	errs, err := s.TaskStore.ReleaseTasks(ctx, ls)
+	errs, err := s.TaskStore.ReleaseLeases(ctx, ls)
 	n := 0
 	for _, e := range errs {
 		if e == nil {

@@ -172,7 +172,7 @@ func (r *run) steps(ctx context.Context, tr *taskRun, gen generator.Generator) (
 			return intent.Asset{}, serr
 		}
 		tr.step, tr.ref, tr.unrecorded = back, le.Ref, nil
-		r.cfg.Logger.Info("the provider lost the task's job or image; going back", "task", tr.c.TaskID,
+		r.cfg.Logger.Info("the provider lost the task's job or image; going back", "task", tr.c.ID,
 			"generator", gen.ID(), "reason", le.Reason, "to_step", back, "err", err)
 		if redone {
 			// Lost twice in one attempt: the next attempt, after its backoff.
@@ -279,7 +279,7 @@ func (r *run) saveStep(tr *taskRun, step, ref, note string) error {
 // it.
 func (r *run) finish(ctx context.Context, tr *taskRun, gen generator.Generator, ref string) (intent.Asset, error) {
 	if tr.c.Attempt > 1 {
-		a, err := r.cfg.Store.AssetForTask(ctx, tr.c.TaskID)
+		a, err := r.cfg.Store.AssetForTask(ctx, tr.c.ID)
 		switch {
 		case err == nil:
 			if ok, err := r.cfg.Blobs.Exists(ctx, a.SHA256); err == nil && ok {
@@ -326,12 +326,12 @@ func (r *run) putWaiting(ctx context.Context, tr *taskRun, data []byte) (blob.In
 		info, err := r.cfg.Blobs.Put(ctx, bytes.NewReader(data))
 		if !errors.Is(err, blob.ErrUnavailable) {
 			if err == nil && try > 1 {
-				r.cfg.Logger.Info("asset store back: image stored", "task", tr.c.TaskID, "tries", try)
+				r.cfg.Logger.Info("asset store back: image stored", "task", tr.c.ID, "tries", try)
 			}
 			return info, err
 		}
 		if try == 1 {
-			r.cfg.Logger.Warn("asset store unavailable: the task waits for it", "task", tr.c.TaskID, "err", err)
+			r.cfg.Logger.Warn("asset store unavailable: the task waits for it", "task", tr.c.ID, "err", err)
 		}
 		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
 		select {
@@ -414,7 +414,7 @@ func (r *run) complete(tr *taskRun, a intent.Asset) error {
 		return res.Err
 	}
 	r.cfg.Observe(OutcomeSucceeded)
-	r.cfg.Logger.Debug("task succeeded", "task", tr.c.TaskID, "batch", tr.c.BatchID, "attempt", tr.c.Attempt,
+	r.cfg.Logger.Debug("task succeeded", "task", tr.c.ID, "batch", tr.c.BatchID, "attempt", tr.c.Attempt,
 		"fence", tr.c.Fence, "asset", res.AssetID, "owner", r.cfg.Owner)
 	return nil
 }
@@ -422,7 +422,7 @@ func (r *run) complete(tr *taskRun, a intent.Asset) error {
 // settle ends a task whose steps returned err: nothing more (success, lost
 // lease, canceled by the store), a hand back, or a failure.
 func (r *run) settle(tr *taskRun, err error) {
-	log := r.cfg.Logger.With("task", tr.c.TaskID, "batch", tr.c.BatchID, "attempt", tr.c.Attempt, "fence", tr.c.Fence)
+	log := r.cfg.Logger.With("task", tr.c.ID, "batch", tr.c.BatchID, "attempt", tr.c.Attempt, "fence", tr.c.Fence)
 	cause := context.Cause(tr.ctx)
 	switch {
 	case err == nil:
@@ -458,7 +458,7 @@ func (r *run) settle(tr *taskRun, err error) {
 	ctx, cancel := context.WithTimeout(r.s.Background(), storeTimeout)
 	defer cancel()
 	r.recordCalls(ctx, tr, log)
-	state, ferr := r.cfg.Store.FailTask(ctx, store.Failure{
+	state, ferr := r.cfg.Store.FailLease(ctx, store.Failure{
 		Lease: tr.c.Lease, Error: msg, Permanent: permanent, MaxAttempts: r.cfg.MaxAttempts, Backoff: backoff,
 	})
 	switch {
@@ -520,7 +520,7 @@ func (r *run) release(tr *taskRun, log *slog.Logger, why string, canceled bool) 
 	ctx, cancel := context.WithTimeout(r.s.Background(), storeTimeout)
 	defer cancel()
 	r.recordCalls(ctx, tr, log)
-	errs, err := r.cfg.Store.ReleaseTasks(ctx, []store.Lease{tr.c.Lease})
+	errs, err := r.cfg.Store.ReleaseLeases(ctx, []store.Lease{tr.c.Lease})
 	switch {
 	case r.s.Fault(err):
 		// Logged once per outage; the lease will expire.

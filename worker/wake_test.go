@@ -45,8 +45,8 @@ func TestWakeStartsAndCancels(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	g := &blocking{submitted: make(chan string, 1), ended: make(chan error, 1)}
-	p := e.pool(worker.Config{Generators: gens{"sketch": g}, Wake: e.st.Wake(),
-		PollMin: time.Hour, PollMax: time.Hour, LeaseTTL: time.Hour})
+	p := e.pool(worker.Config{Generators: gens{"sketch": g},
+		Options: leasequeue.Options{Wake: e.st.Wake(), PollMin: time.Hour, PollMax: time.Hour, LeaseTTL: time.Hour}})
 	// Wait for the pool's first claim, which finds nothing: from then on,
 	// only a wake-up makes it claim within the hour.
 	for p.Stats().Empty == 0 {

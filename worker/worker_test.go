@@ -19,6 +19,7 @@ import (
 
 	"studio/generator"
 	"studio/intent"
+	"studio/leasequeue"
 	"studio/locks"
 	"studio/store"
 	"studio/worker"
@@ -30,7 +31,7 @@ func TestBatchSucceedsWithDeterministicImages(t *testing.T) {
 	seed := int64(7)
 	sp := spec{frames: 2, providers: []string{"sketch", "mosaic"}, candidates: 3, seed: &seed}
 	first := e.batch(sp)
-	e.pool(worker.Config{Concurrency: 4})
+	e.pool(worker.Config{Options: leasequeue.Options{Concurrency: 4}})
 	b := e.waitBatch("alice", first.ID, ended)
 	if b.State != intent.StateSucceeded || b.Counts.Succeeded != 12 {
 		t.Fatalf("batch = %+v", b)
@@ -87,7 +88,7 @@ func TestTransientFailuresRetry(t *testing.T) {
 	nb := e.batch(spec{frames: 3, params: `{"fail_attempts":2,"height":16,"width":16}`})
 	var mu sync.Mutex
 	outcomes := map[worker.Outcome]int{}
-	pool := e.pool(worker.Config{MaxAttempts: 5, Observe: func(o worker.Outcome) { mu.Lock(); outcomes[o]++; mu.Unlock() }})
+	pool := e.pool(worker.Config{Options: leasequeue.Options{MaxAttempts: 5}, Observe: func(o worker.Outcome) { mu.Lock(); outcomes[o]++; mu.Unlock() }})
 	b := e.waitBatch("alice", nb.ID, ended)
 	if b.State != intent.StateSucceeded {
 		t.Fatalf("batch = %+v", b)
@@ -107,7 +108,7 @@ func TestTooManyFailuresFailWithTheError(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	nb := e.batch(spec{frames: 2, params: `{"fail_attempts":6,"height":16,"width":16}`})
-	e.pool(worker.Config{MaxAttempts: 3})
+	e.pool(worker.Config{Options: leasequeue.Options{MaxAttempts: 3}})
 	b := e.waitBatch("alice", nb.ID, ended)
 	if b.State != intent.StateFailed || b.Counts.Failed != 2 {
 		t.Fatalf("batch = %+v", b)
@@ -136,7 +137,7 @@ func TestPermanentErrorFailsAtOnce(t *testing.T) {
 	if _, err := e.st.DB().Exec(`UPDATE batches SET spec = 'not json' WHERE id = ?`, bad.ID); err != nil {
 		t.Fatal(err)
 	}
-	e.pool(worker.Config{Generators: gens{"noop": p}, MaxAttempts: 5})
+	e.pool(worker.Config{Options: leasequeue.Options{MaxAttempts: 5}, Generators: gens{"noop": p}})
 	b := e.waitBatch("alice", nb.ID, ended)
 	if b.State != intent.StateFailed {
 		t.Fatalf("batch = %+v", b)
@@ -176,7 +177,7 @@ func TestStaleWorkerRecordsNothing(t *testing.T) {
 	// Long enough that A's renewals (due at ttl/3) stay in time on a
 	// loaded machine until A is frozen; B waits it out once.
 	ttl := 3 * time.Second
-	a := e.pool(worker.Config{Store: spyA, Generators: gens{"sketch": pa}, Concurrency: 4, LeaseTTL: ttl})
+	a := e.pool(worker.Config{Options: leasequeue.Options{Concurrency: 4, LeaseTTL: ttl}, Store: spyA, Generators: gens{"sketch": pa}})
 	var wake sync.Once
 	wakeA := func() { wake.Do(func() { spyA.unfreeze(); close(gate) }) }
 	t.Cleanup(wakeA) // runs before the pool's stop, should the test fail early
@@ -189,7 +190,7 @@ func TestStaleWorkerRecordsNothing(t *testing.T) {
 	spyB := newSpy(e.open(), "b", led)
 	// B reads the references A stored, so it wraps the generator the same way.
 	// B's own leases need not lapse: the default, long TTL.
-	e.pool(worker.Config{Store: spyB, Generators: gens{"sketch": newProbe(generator.NewSketch())}, Concurrency: 4})
+	e.pool(worker.Config{Options: leasequeue.Options{Concurrency: 4}, Store: spyB, Generators: gens{"sketch": newProbe(generator.NewSketch())}})
 	done := e.waitBatch("alice", nb.ID, ended)
 	if done.State != intent.StateSucceeded {
 		t.Fatalf("batch = %+v", done)
@@ -233,8 +234,14 @@ func TestManyPoolsRunEachTaskOnce(t *testing.T) {
 	led := newLedger()
 	noop, sketch := newProbe(generator.NewNoop()), newProbe(generator.NewSketch())
 	for i := 0; i < 4; i++ {
-		e.pool(worker.Config{Store: newSpy(e.open(), fmt.Sprint(i), led), Generators: gens{"noop": noop, "sketch": sketch},
-			Concurrency: 8, LeaseTTL: 20 * time.Second})
+		e.pool(worker.Config{
+			Options: leasequeue.Options{
+				Concurrency: 8,
+				LeaseTTL:    20 * time.Second,
+			},
+			Store:      newSpy(e.open(), fmt.Sprint(i), led),
+			Generators: gens{"noop": noop, "sketch": sketch},
+		})
 	}
 	b := e.waitBatch("alice", nb.ID, ended)
 	if b.State != intent.StateSucceeded || b.Counts.Succeeded != 600 {
@@ -303,7 +310,7 @@ func TestTakeoversUnderStalls(t *testing.T) {
 			}
 			return 0
 		}
-		e.pool(worker.Config{Store: s, Concurrency: 4, LeaseTTL: ttl, MaxAttempts: 100})
+		e.pool(worker.Config{Options: leasequeue.Options{Concurrency: 4, LeaseTTL: ttl, MaxAttempts: 100}, Store: s})
 	}
 	b := e.waitBatch("alice", nb.ID, ended)
 	if b.State != intent.StateSucceeded {
@@ -348,7 +355,7 @@ func TestCancelStopsRunningTasks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	nb := e.batch(spec{frames: 6, params: `{"width":16,"height":16,"delay_ms":60000}`})
-	e.pool(worker.Config{Concurrency: 8, LeaseTTL: 600 * time.Millisecond})
+	e.pool(worker.Config{Options: leasequeue.Options{Concurrency: 8, LeaseTTL: 600 * time.Millisecond}})
 	e.waitBatch("alice", nb.ID, func(b intent.Batch) bool { return b.Counts.Running == 6 })
 	if _, err := e.st.CancelBatch(context.Background(), "alice", nb.ID); err != nil {
 		t.Fatal(err)
@@ -379,7 +386,7 @@ func TestGracefulStopHandsLeasesBack(t *testing.T) {
 		}
 		return nil
 	})
-	pool := e.pool(worker.Config{Generators: gens{"sketch": p1}, Concurrency: 4, Grace: 50 * time.Millisecond})
+	pool := e.pool(worker.Config{Options: leasequeue.Options{Concurrency: 4, Grace: 50 * time.Millisecond}, Generators: gens{"sketch": p1}})
 	for i := 0; i < 4; i++ {
 		<-waiting
 	}
@@ -411,7 +418,7 @@ func TestGracefulStopHandsLeasesBack(t *testing.T) {
 		return nil
 	})
 	shortWait := gens{"sketch": skipWait{p2}}
-	pool2 := e.pool(worker.Config{Generators: shortWait, Concurrency: 4})
+	pool2 := e.pool(worker.Config{Options: leasequeue.Options{Concurrency: 4}, Generators: shortWait})
 	b = e.waitBatch("alice", nb.ID, ended)
 	if b.State != intent.StateSucceeded {
 		t.Fatalf("batch = %+v", b)
@@ -434,7 +441,7 @@ func TestGracefulStopHandsLeasesBack(t *testing.T) {
 		}
 		return nil
 	})
-	pool3 := e.pool(worker.Config{Generators: gens{"sketch": p3}, Concurrency: 2, Grace: 30 * time.Second})
+	pool3 := e.pool(worker.Config{Options: leasequeue.Options{Concurrency: 2, Grace: 30 * time.Second}, Generators: gens{"sketch": p3}})
 	<-waiting3
 	<-waiting3
 	pool3.Stop(context.Background())
@@ -462,7 +469,7 @@ func (s skipWait) Wait(ctx context.Context, ref string) error {
 func TestStartStopInAnyOrder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	p, err := worker.New(worker.Config{Store: e.st, Generators: embedded(), Blobs: e.blobs, SweepEvery: -1, PollMin: time.Millisecond, PollMax: 5 * time.Millisecond})
+	p, err := worker.New(worker.Config{Options: leasequeue.Options{PollMin: time.Millisecond, PollMax: 5 * time.Millisecond}, Store: e.st, Generators: embedded(), Blobs: e.blobs, SweepEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,7 +528,7 @@ func TestGeneratorLimit(t *testing.T) {
 	m.setHook(p.hook)
 	g := gens{"sketch": p, "mosaic": m}
 	for i := 0; i < 2; i++ {
-		e.pool(worker.Config{Store: e.open(), Generators: g, Concurrency: 8, Limiter: limiter})
+		e.pool(worker.Config{Options: leasequeue.Options{Concurrency: 8}, Store: e.open(), Generators: g, Limiter: limiter})
 	}
 	e.waitBatch("alice", nb.ID, ended)
 	e.waitBatch("alice", other.ID, ended)
@@ -586,7 +593,7 @@ func TestRetryAfterPushesTheRetryBack(t *testing.T) {
 	})
 	nb := e.batch(spec{frames: 1, providers: []string{"noop"}})
 	before := time.Now()
-	pool := e.pool(worker.Config{Generators: gens{"noop": p}, MaxAttempts: 5})
+	pool := e.pool(worker.Config{Options: leasequeue.Options{MaxAttempts: 5}, Generators: gens{"noop": p}})
 	var tk intent.Task
 	pollUntil(t, func() bool {
 		tk = e.tasks("alice", nb.ID)[0]
@@ -642,7 +649,7 @@ func TestReleaseWhenTheStepCannotBeSaved(t *testing.T) {
 		return nil
 	})
 	nb := e.batch(spec{frames: 1, candidates: 1})
-	pool := e.pool(worker.Config{Store: stepsFail{e.st}, Generators: gens{"sketch": p}, Concurrency: 1, StepRecordAfter: time.Hour, Grace: 50 * time.Millisecond})
+	pool := e.pool(worker.Config{Options: leasequeue.Options{Concurrency: 1, Grace: 50 * time.Millisecond}, Store: stepsFail{e.st}, Generators: gens{"sketch": p}, StepRecordAfter: time.Hour})
 	<-inWait
 	if err := pool.Stop(context.Background()); err != nil {
 		t.Fatal(err)

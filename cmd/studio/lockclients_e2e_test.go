@@ -57,7 +57,7 @@ func startLockServerIn(t *testing.T, data, lockStore string) *lockServer {
 }
 
 func (s *lockServer) env() []string {
-	return append(os.Environ(), "STUDIO_URL="+s.url, "STUDIO_TOKEN="+s.token, "STUDIO_TOKEN_OTHER="+s.other)
+	return append(os.Environ(), "STUDIO_URL="+s.url, "STUDIO_SERVER="+s.url, "STUDIO_TOKEN="+s.token, "STUDIO_TOKEN_OTHER="+s.other)
 }
 
 // clientDir is a client's directory in the repository.
@@ -72,8 +72,9 @@ func clientDir(t *testing.T, name string) string {
 
 // requiredTools are the programs STUDIO_TEST_LOCK_CLIENTS=1 (CI sets it)
 // requires: the lock clients' own runtimes, on every CI machine (.ci/run
-// installs Bun from npm when it is missing).
-var requiredTools = map[string]bool{"python3": true, "node": true, "bun": true}
+// installs Bun from npm when it is missing, and the Debian-packaged crates
+// the Rust client builds against).
+var requiredTools = map[string]bool{"python3": true, "node": true, "bun": true, "cargo": true}
 
 // toolPath returns the path of a program, or "" when it is missing; a
 // missing required one fails the test when STUDIO_TEST_LOCK_CLIENTS=1.
@@ -104,7 +105,9 @@ func needTool(t *testing.T, name string) string {
 // test with its output if it fails, or if it ran nothing or skipped.
 func runSuite(t *testing.T, srv *lockServer, dir string, check func(out string) error, name string, args ...string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// The first cargo test compiles the Rust client's dependencies: minutes
+	// on a loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
@@ -152,6 +155,19 @@ func TestLockClients(t *testing.T) {
 			}
 			return nil
 		}, bun, "test", "./test/locks.test.js")
+	})
+	t.Run("cargo test", func(t *testing.T) {
+		t.Parallel()
+		cargo := needTool(t, "cargo")
+		runSuite(t, srv, clientDir(t, "rust"), func(out string) error {
+			// The unit tests, then the README's example as a doctest: two
+			// results, both ok, nothing skipped.
+			if strings.Count(out, "test result: ok.") != 2 || strings.Contains(out, "SKIPPED") ||
+				strings.Contains(out, " 0 passed") || !strings.Contains(out, "README.md - (line") && !strings.Contains(out, "src/lib.rs - (line") {
+				return fmt.Errorf("not every test ran and passed")
+			}
+			return nil
+		}, cargo, "test")
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"studio/blob"
 	"studio/intent"
+	"studio/leasequeue"
 	"studio/publish"
 )
 
@@ -65,15 +66,17 @@ func (m *Main) startPublisher(ctx context.Context, d *deps) error {
 	}
 	cfg := m.Config
 	r, err := publish.New(publish.Config{
-		Store:       m.store,
-		Channels:    d.pubs.channels,
-		Concurrency: cfg.Workers,
-		LeaseTTL:    cfg.LeaseTTL,
-		MaxAttempts: cfg.MaxAttempts,
-		RetryBase:   cfg.RetryBase,
-		Grace:       cfg.Grace,
-		Logger:      m.Logger.With("component", "publisher"),
-		Wake:        m.engine.wake,
+		Options: leasequeue.Options{
+			Concurrency: cfg.Workers,
+			LeaseTTL:    cfg.LeaseTTL,
+			MaxAttempts: cfg.MaxAttempts,
+			RetryBase:   cfg.RetryBase,
+			Grace:       cfg.Grace,
+			Wake:        m.engine.wake,
+			Logger:      m.Logger.With("component", "publisher"),
+		},
+		Store:    m.store,
+		Channels: d.pubs.channels,
 	})
 	if err != nil {
 		return err

@@ -138,7 +138,7 @@ func makeAssets(t *testing.T, st store.Store, blobs blob.Store, actor, batchID s
 			comps[i] = store.Completion{Lease: c.Lease, Asset: intent.Asset{ID: id, SHA256: info.SHA256, ContentType: "image/png",
 				Size: info.Size, Width: 16, Height: 12}}
 		}
-		if _, err := st.CompleteTasks(ctx, comps); err != nil {
+		if _, err := st.CompleteLeases(ctx, comps); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"studio/leasequeue"
 	"studio/worker"
 )
 
@@ -34,19 +35,21 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 		limiter = worker.Semaphores(d.locks, limits)
 	}
 	wcfg := worker.Config{
-		Store:       m.store,
-		Generators:  reg,
-		Blobs:       m.blobs,
-		Batches:     m.store,
-		Concurrency: cfg.Workers,
-		LeaseTTL:    cfg.LeaseTTL,
-		MaxAttempts: cfg.MaxAttempts,
-		RetryBase:   cfg.RetryBase,
-		Grace:       cfg.Grace,
-		Limiter:     limiter,
-		Logger:      m.Logger.With("component", "worker"),
-		Observe:     d.wrap.attempts(),
-		Wake:        m.engine.wake,
+		Options: leasequeue.Options{
+			Concurrency: cfg.Workers,
+			LeaseTTL:    cfg.LeaseTTL,
+			MaxAttempts: cfg.MaxAttempts,
+			RetryBase:   cfg.RetryBase,
+			Grace:       cfg.Grace,
+			Wake:        m.engine.wake,
+			Logger:      m.Logger.With("component", "worker"),
+		},
+		Store:      m.store,
+		Generators: reg,
+		Blobs:      m.blobs,
+		Batches:    m.store,
+		Limiter:    limiter,
+		Observe:    d.wrap.attempts(),
 	}
 	if gm != nil {
 		wcfg.Spend = gm

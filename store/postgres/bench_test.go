@@ -214,8 +214,8 @@ func BenchmarkClaimComplete(b *testing.B) {
 		if err != nil || len(cs) != 1 {
 			return fmt.Errorf("claim: %d, %v", len(cs), err)
 		}
-		res, err := s.CompleteTasks(ctx, []store.Completion{{Lease: cs[0].Lease, Asset: intent.Asset{
-			ID: cs[0].TaskID, SHA256: "ab", ContentType: "image/png", Size: 1, Width: 1, Height: 1}}})
+		res, err := s.CompleteLeases(ctx, []store.Completion{{Lease: cs[0].Lease, Asset: intent.Asset{
+			ID: cs[0].ID, SHA256: "ab", ContentType: "image/png", Size: 1, Width: 1, Height: 1}}})
 		if err == nil && res[0].Err != nil {
 			err = res[0].Err
 		}
@@ -326,9 +326,9 @@ func madeAssets(b *testing.B, s *postgres.Store, n int) (string, []string) {
 		}
 		comps := make([]store.Completion, len(cs))
 		for i, c := range cs {
-			comps[i] = store.Completion{Lease: c.Lease, Asset: intent.Asset{ID: c.TaskID, SHA256: "ab", ContentType: "image/png", Size: 1, Width: 1, Height: 1}}
+			comps[i] = store.Completion{Lease: c.Lease, Asset: intent.Asset{ID: c.ID, SHA256: "ab", ContentType: "image/png", Size: 1, Width: 1, Height: 1}}
 		}
-		res, err := s.CompleteTasks(ctx, comps)
+		res, err := s.CompleteLeases(ctx, comps)
 		if err != nil {
 			b.Fatal(err)
 		}

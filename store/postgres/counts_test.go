@@ -30,12 +30,12 @@ func TestCountTasks(t *testing.T) {
 	if err != nil || len(claimed) != 3 {
 		t.Fatalf("claim: %d, %v", len(claimed), err)
 	}
-	res, err := s.CompleteTasks(ctx, []store.Completion{{Lease: claimed[0].Lease, Asset: intent.Asset{
+	res, err := s.CompleteLeases(ctx, []store.Completion{{Lease: claimed[0].Lease, Asset: intent.Asset{
 		ID: mustID(t), SHA256: strings.Repeat("a", 64), ContentType: "image/png", Size: 67, Width: 1, Height: 1}}})
 	if err != nil || res[0].Err != nil {
 		t.Fatalf("complete: %v %v", err, res)
 	}
-	if _, err := s.FailTask(ctx, store.Failure{Lease: claimed[1].Lease, Error: "boom", Permanent: true}); err != nil {
+	if _, err := s.FailLease(ctx, store.Failure{Lease: claimed[1].Lease, Error: "boom", Permanent: true}); err != nil {
 		t.Fatal(err)
 	}
 	want := intent.Counts{Queued: 12, Running: 1, Succeeded: 1, Failed: 1}

@@ -60,7 +60,7 @@ func BenchmarkDrainOneBatch(b *testing.B) {
 								done[j] = store.Completion{Lease: c.Lease, Asset: intent.Asset{
 									ID: id, SHA256: strings.Repeat("c", 64), ContentType: "image/png", Size: 1, Width: 1, Height: 1}}
 							}
-							res, err := s.CompleteTasks(ctx, done)
+							res, err := s.CompleteLeases(ctx, done)
 							if err != nil {
 								b.Error(err)
 								return

@@ -247,7 +247,7 @@ func (s *Store) ListTasks(ctx context.Context, batchID string, p store.ListParam
 // (the task methods lock tasks, then batches). A queued task it skips is
 // being claimed at that moment: it runs and stops at its next step, or, if
 // that claim rolls back, the next claim cancels it. Tasks re-queued by
-// FailTask or ReleaseTasks read cancel_requested under the batch's lock, so
+// FailLease or ReleaseLeases read cancel_requested under the batch's lock, so
 // they either come before this sweep or end canceled themselves. The
 // sweep's counts move on the batch row, which it holds; the task methods
 // move theirs on count shards (batch_counts), so the answer is read back

@@ -251,9 +251,9 @@ func TestCancelRacingRequeues(t *testing.T) {
 				<-start
 				var err error
 				if i%2 == 0 {
-					_, err = st.FailTask(ctx, store.Failure{Lease: c.Lease, Error: "flaky", MaxAttempts: 5})
+					_, err = st.FailLease(ctx, store.Failure{Lease: c.Lease, Error: "flaky", MaxAttempts: 5})
 				} else {
-					_, err = st.ReleaseTasks(ctx, []store.Lease{c.Lease})
+					_, err = st.ReleaseLeases(ctx, []store.Lease{c.Lease})
 				}
 				if err != nil {
 					t.Errorf("task %d: %v", i, err)
@@ -285,7 +285,7 @@ func TestCancelRacingRequeues(t *testing.T) {
 					return
 				}
 				for _, c := range cs {
-					if _, err := s.CompleteTasks(ctx, []store.Completion{{Lease: c.Lease, Asset: intent.Asset{
+					if _, err := s.CompleteLeases(ctx, []store.Completion{{Lease: c.Lease, Asset: intent.Asset{
 						ID: mustID(t), SHA256: "ab", ContentType: "image/png", Size: 1, Width: 1, Height: 1}}}); err != nil {
 						t.Errorf("complete: %v", err)
 					}

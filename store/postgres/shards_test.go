@@ -52,7 +52,7 @@ func TestCountShardHeldDoesNotBlock(t *testing.T) {
 	if err != nil || len(more) != 2 {
 		t.Fatalf("claim beside a held shard: %d, %v", len(more), err)
 	}
-	res, err := s.CompleteTasks(short, []store.Completion{{Lease: first[0].Lease, Asset: intent.Asset{
+	res, err := s.CompleteLeases(short, []store.Completion{{Lease: first[0].Lease, Asset: intent.Asset{
 		ID: mustTestID(t), SHA256: strings.Repeat("a", 64), ContentType: "image/png", Size: 1, Width: 1, Height: 1}}})
 	if err != nil || res[0].Err != nil {
 		t.Fatalf("complete beside a held shard: %v, %v", err, res)
@@ -112,12 +112,12 @@ func TestCountShardsAgreeWithTasks(t *testing.T) {
 				for i, c := range cs {
 					switch (round + i) % 5 {
 					case 0:
-						if _, err := ws.FailTask(ctx, store.Failure{Lease: c.Lease, Error: "boom", MaxAttempts: 3}); err != nil {
+						if _, err := ws.FailLease(ctx, store.Failure{Lease: c.Lease, Error: "boom", MaxAttempts: 3}); err != nil {
 							t.Error(err)
 							return
 						}
 					case 1:
-						if _, err := ws.ReleaseTasks(ctx, []store.Lease{c.Lease}); err != nil {
+						if _, err := ws.ReleaseLeases(ctx, []store.Lease{c.Lease}); err != nil {
 							t.Error(err)
 							return
 						}
@@ -127,7 +127,7 @@ func TestCountShardsAgreeWithTasks(t *testing.T) {
 					}
 				}
 				if len(done) > 0 {
-					if _, err := ws.CompleteTasks(ctx, done); err != nil {
+					if _, err := ws.CompleteLeases(ctx, done); err != nil {
 						t.Error(err)
 						return
 					}

@@ -31,12 +31,12 @@ func TestCountTasks(t *testing.T) {
 		t.Fatalf("claim: %d, %v", len(claimed), err)
 	}
 	id, _ := uuid.NewV7()
-	res, err := s.CompleteTasks(ctx, []store.Completion{{Lease: claimed[0].Lease, Asset: intent.Asset{
+	res, err := s.CompleteLeases(ctx, []store.Completion{{Lease: claimed[0].Lease, Asset: intent.Asset{
 		ID: id.String(), SHA256: strings.Repeat("a", 64), ContentType: "image/png", Size: 67, Width: 1, Height: 1}}})
 	if err != nil || res[0].Err != nil {
 		t.Fatalf("complete: %v %v", err, res)
 	}
-	if _, err := s.FailTask(ctx, store.Failure{Lease: claimed[1].Lease, Error: "boom", Permanent: true}); err != nil {
+	if _, err := s.FailLease(ctx, store.Failure{Lease: claimed[1].Lease, Error: "boom", Permanent: true}); err != nil {
 		t.Fatal(err)
 	}
 	want := intent.Counts{Queued: 12, Running: 1, Succeeded: 1, Failed: 1}

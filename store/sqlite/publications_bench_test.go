@@ -146,7 +146,7 @@ func madeAssets(b *testing.B, s *sqlite.Store, n int) (string, []string) {
 			id, _ := intent.NewID()
 			comps[i] = store.Completion{Lease: c.Lease, Asset: intent.Asset{ID: id, SHA256: strings.Repeat("a", 64), ContentType: "image/png", Size: 1, Width: 1, Height: 1}}
 		}
-		res, err := s.CompleteTasks(ctx, comps)
+		res, err := s.CompleteLeases(ctx, comps)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -74,7 +74,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 						id, _ := intent.NewID()
 						cs = append(cs, store.Completion{Lease: c.Lease, Asset: intent.Asset{ID: id, SHA256: benchSHA, ContentType: "image/png", Size: 67, Width: 1, Height: 1}})
 					}
-					res, err := s.CompleteTasks(ctx, cs)
+					res, err := s.CompleteLeases(ctx, cs)
 					if err != nil || res[0].Err != nil {
 						b.Fatal(err)
 					}

@@ -71,7 +71,7 @@ func testBatchChanges(t *testing.T, h Harness) {
 	}
 	afterClaim := settled(t, s, "alice", id, start.Position)
 	got := changedIDs(afterClaim)
-	if len(got) != 2 || got[cs[0].TaskID] != intent.StateRunning || got[cs[1].TaskID] != intent.StateRunning {
+	if len(got) != 2 || got[cs[0].ID] != intent.StateRunning || got[cs[1].ID] != intent.StateRunning {
 		t.Fatalf("after the claim read %v, want the 2 claimed tasks running", got)
 	}
 	for _, tk := range afterClaim.Tasks {
@@ -95,22 +95,22 @@ func testBatchChanges(t *testing.T, h Harness) {
 	if r := complete(t, s, cs[0]); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	st, err := s.FailTask(ctx(t), store.Failure{Lease: cs[1].Lease, Error: "boom", Permanent: true})
+	st, err := s.FailLease(ctx(t), store.Failure{Lease: cs[1].Lease, Error: "boom", Permanent: true})
 	if err != nil || st != intent.StateFailed {
-		t.Fatalf("FailTask = %q, %v", st, err)
+		t.Fatalf("FailLease = %q, %v", st, err)
 	}
 	afterEnd := settled(t, s, "alice", id, p1)
 	got = changedIDs(afterEnd)
-	if len(got) != 2 || got[cs[0].TaskID] != intent.StateSucceeded || got[cs[1].TaskID] != intent.StateFailed {
+	if len(got) != 2 || got[cs[0].ID] != intent.StateSucceeded || got[cs[1].ID] != intent.StateFailed {
 		t.Fatalf("after complete and fail read %v", got)
 	}
 	for _, tk := range afterEnd.Tasks {
 		switch tk.ID {
-		case cs[0].TaskID:
+		case cs[0].ID:
 			if tk.AssetID == nil {
 				t.Fatalf("succeeded task read without its asset")
 			}
-		case cs[1].TaskID:
+		case cs[1].ID:
 			if tk.Error == nil || *tk.Error != "boom" {
 				t.Fatalf("failed task read with error %v", tk.Error)
 			}
@@ -206,14 +206,14 @@ func testChangesUnderChurn(t *testing.T, h Harness) {
 					if (i+w)%3 == 0 {
 						// Back to the queue once: a second attempt follows.
 						if c.Attempt == 1 {
-							if _, err := s.ReleaseTasks(ctx(t), []store.Lease{c.Lease}); err != nil {
-								t.Errorf("ReleaseTasks: %v", err)
+							if _, err := s.ReleaseLeases(ctx(t), []store.Lease{c.Lease}); err != nil {
+								t.Errorf("ReleaseLeases: %v", err)
 							}
 							continue
 						}
 					}
-					if _, err := s.CompleteTasks(ctx(t), []store.Completion{{Lease: c.Lease, Asset: asset(t, shaA)}}); err != nil {
-						t.Errorf("CompleteTasks: %v", err)
+					if _, err := s.CompleteLeases(ctx(t), []store.Completion{{Lease: c.Lease, Asset: asset(t, shaA)}}); err != nil {
+						t.Errorf("CompleteLeases: %v", err)
 					}
 				}
 			}
@@ -317,7 +317,7 @@ func testChangesEveryPath(t *testing.T, h Harness) {
 	cs := claim(t, s, "w1", 7, longTTL)
 	ids := make([]string, len(cs))
 	for i, c := range cs {
-		ids[i] = c.TaskID
+		ids[i] = c.ID
 	}
 	expect("claim", ids...)
 
@@ -327,15 +327,15 @@ func testChangesEveryPath(t *testing.T, h Harness) {
 	}
 	expect("renewal") // nothing
 	sleepPast(short)
-	again := claimUntil(t, s, "w2", cs[0].TaskID, store.ClaimParams{TTL: longTTL})
-	expect("reclaim", cs[0].TaskID)
+	again := claimUntil(t, s, "w2", cs[0].ID, store.ClaimParams{TTL: longTTL})
+	expect("reclaim", cs[0].ID)
 	// An expired lease out of attempts: failed.
 	if _, err := s.RenewLeases(ctx(t), store.RenewParams{Owner: "w2", Leases: []store.Lease{again.Lease}, TTL: short}); err != nil {
 		t.Fatal(err)
 	}
 	sleepPast(short)
 	deadline := time.Now().Add(30 * time.Second)
-	for task(t, s, "alice", id, cs[0].TaskID).State == intent.StateRunning {
+	for task(t, s, "alice", id, cs[0].ID).State == intent.StateRunning {
 		if time.Now().After(deadline) {
 			t.Fatal("the expired task never failed")
 		}
@@ -345,48 +345,48 @@ func testChangesEveryPath(t *testing.T, h Harness) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	expect("expired, out of attempts", cs[0].TaskID, in.Batch.Tasks[7].ID)
+	expect("expired, out of attempts", cs[0].ID, in.Batch.Tasks[7].ID)
 
 	// A transient failure: queued again, with its error; a release.
-	if st, err := s.FailTask(ctx(t), store.Failure{Lease: cs[1].Lease, Error: "busy", Backoff: time.Hour}); err != nil || st != intent.StateQueued {
-		t.Fatalf("FailTask: %q %v", st, err)
+	if st, err := s.FailLease(ctx(t), store.Failure{Lease: cs[1].Lease, Error: "busy", Backoff: time.Hour}); err != nil || st != intent.StateQueued {
+		t.Fatalf("FailLease: %q %v", st, err)
 	}
-	if errs, err := s.ReleaseTasks(ctx(t), []store.Lease{cs[2].Lease}); err != nil || errs[0] != nil {
-		t.Fatalf("ReleaseTasks: %v %v", errs, err)
+	if errs, err := s.ReleaseLeases(ctx(t), []store.Lease{cs[2].Lease}); err != nil || errs[0] != nil {
+		t.Fatalf("ReleaseLeases: %v %v", errs, err)
 	}
-	expect("failure and release", cs[1].TaskID, cs[2].TaskID)
+	expect("failure and release", cs[1].ID, cs[2].ID)
 
 	// The cancel sweep: the queued ones (cs[1] waits out its backoff,
 	// cs[2] was released).
 	if _, err := s.CancelBatch(ctx(t), "alice", id); err != nil {
 		t.Fatal(err)
 	}
-	expect("cancel", cs[1].TaskID, cs[2].TaskID)
+	expect("cancel", cs[1].ID, cs[2].ID)
 	if err := saveStep(t, s, cs[3].Lease, "submitted", "r"); !errors.Is(err, store.ErrTaskCanceled) {
 		t.Fatalf("step after cancel: %v", err)
 	}
-	expect("step of a canceled batch", cs[3].TaskID)
+	expect("step of a canceled batch", cs[3].ID)
 	if r := complete(t, s, cs[4]); !errors.Is(r.Err, store.ErrTaskCanceled) {
 		t.Fatalf("completion after cancel: %+v", r)
 	}
-	expect("completion of a canceled batch", cs[4].TaskID)
+	expect("completion of a canceled batch", cs[4].ID)
 	if _, err := s.RenewLeases(ctx(t), store.RenewParams{Owner: "w1", Leases: []store.Lease{cs[5].Lease}, TTL: short}); err != nil {
 		t.Fatal(err)
 	}
 	sleepPast(short)
 	deadline = time.Now().Add(30 * time.Second)
-	for task(t, s, "alice", id, cs[5].TaskID).State == intent.StateRunning {
+	for task(t, s, "alice", id, cs[5].ID).State == intent.StateRunning {
 		if time.Now().After(deadline) {
 			t.Fatal("the expired task of a canceled batch was never canceled")
 		}
 		claim(t, s, "w3", 1, longTTL)
 		time.Sleep(5 * time.Millisecond)
 	}
-	expect("expired lease of a canceled batch", cs[5].TaskID)
-	if st, err := s.FailTask(ctx(t), store.Failure{Lease: cs[6].Lease, Error: "late"}); err != nil || st != intent.StateCanceled {
-		t.Fatalf("FailTask after cancel: %q %v", st, err)
+	expect("expired lease of a canceled batch", cs[5].ID)
+	if st, err := s.FailLease(ctx(t), store.Failure{Lease: cs[6].Lease, Error: "late"}); err != nil || st != intent.StateCanceled {
+		t.Fatalf("FailLease after cancel: %q %v", st, err)
 	}
-	expect("failure of a canceled batch", cs[6].TaskID)
+	expect("failure of a canceled batch", cs[6].ID)
 }
 
 // testWatchBatch: a watcher of a batch is woken by a claim, a failure and
@@ -422,7 +422,7 @@ func testWatchBatch(t *testing.T, h Harness) {
 	if woken(wa2) {
 		t.Fatal("a new watch is woken before any change")
 	}
-	if _, err := s.FailTask(ctx(t), store.Failure{Lease: cs[0].Lease, Error: "boom"}); err != nil {
+	if _, err := s.FailLease(ctx(t), store.Failure{Lease: cs[0].Lease, Error: "boom"}); err != nil {
 		t.Fatal(err)
 	}
 	if !woken(wa2) {

@@ -39,16 +39,16 @@ func BatchWithAssets(t *testing.T, s store.Store, actor, requestID string, n int
 		for i, c := range cs {
 			comps[i] = store.Completion{Lease: c.Lease, Asset: asset(t, sha(fmt.Sprintf("%x", i%16)))}
 		}
-		res, err := s.CompleteTasks(ctx(t), comps)
+		res, err := s.CompleteLeases(ctx(t), comps)
 		if err != nil {
 			t.Fatalf("CompleteTasks: %v", err)
 		}
 		for i, c := range cs {
 			if res[i].Err != nil {
-				t.Fatalf("complete task %s: %v", c.TaskID, res[i].Err)
+				t.Fatalf("complete task %s: %v", c.ID, res[i].Err)
 			}
 			if c.BatchID == in.Batch.ID {
-				made[c.TaskID] = res[i].AssetID
+				made[c.ID] = res[i].AssetID
 			}
 		}
 	}
@@ -132,10 +132,10 @@ func claimItemUntil(t *testing.T, ps store.PublicationStore, owner, itemID strin
 			t.Fatalf("ClaimItems: %v", err)
 		}
 		for _, c := range cs {
-			if c.ItemID == itemID {
+			if c.Lease.ID == itemID {
 				return c
 			}
-			t.Fatalf("claimed %s while waiting for %s", c.ItemID, itemID)
+			t.Fatalf("claimed %s while waiting for %s", c.Lease.ID, itemID)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -314,7 +314,7 @@ func testItemLeases(t *testing.T, h Harness) {
 	}
 	for i, c := range cs {
 		want := in.Publication.Items[i]
-		if c.ItemID != want.ID || c.ID != want.ID || c.Asset.ID != want.AssetID || c.PublicationID != in.Publication.ID ||
+		if c.Lease.ID != want.ID || c.PublicationItem.ID != want.ID || c.Asset.ID != want.AssetID || c.PublicationID != in.Publication.ID ||
 			c.Fence < 1 || c.Attempt != 1 || c.Actor != "alice" || c.Channel != intent.ChannelGallery || c.State != intent.StateRunning {
 			t.Fatalf("claim %d = %+v, want item %+v in order", i, c, want)
 		}
@@ -325,20 +325,20 @@ func testItemLeases(t *testing.T, h Harness) {
 	if p := checkItemCounts(t, ps, "alice", in.Publication.ID); p.State != intent.StateRunning || p.Counts.Running != 2 {
 		t.Fatalf("after claim: %+v", p)
 	}
-	if more := claimItems(t, ps, "w2", 10, longTTL); len(more) != 1 || more[0].ItemID != in.Publication.Items[2].ID {
+	if more := claimItems(t, ps, "w2", 10, longTTL); len(more) != 1 || more[0].Lease.ID != in.Publication.Items[2].ID {
 		t.Fatalf("second claim: %+v", more)
 	}
 	if none := claimItems(t, ps, "w3", 10, longTTL); len(none) != 0 {
 		t.Fatalf("claimed %d live-leased items", len(none))
 	}
-	wrong := cs[0].ItemLease
+	wrong := cs[0].Lease
 	wrong.Fence++
-	errs, err := ps.CompleteItems(ctx(t), []store.ItemLease{cs[0].ItemLease, wrong, cs[1].ItemLease})
+	errs, err := completeItems(ctx(t), ps, []store.Lease{cs[0].Lease, wrong, cs[1].Lease})
 	if err != nil || errs[0] != nil || !errors.Is(errs[1], store.ErrLeaseLost) || errs[2] != nil {
 		t.Fatalf("CompleteItems = %v, %v", errs, err)
 	}
 	// A second completion of an ended item changes nothing.
-	errs, err = ps.CompleteItems(ctx(t), []store.ItemLease{cs[0].ItemLease})
+	errs, err = completeItems(ctx(t), ps, []store.Lease{cs[0].Lease})
 	if err != nil || !errors.Is(errs[0], store.ErrLeaseLost) {
 		t.Fatalf("CompleteItems again = %v, %v", errs, err)
 	}
@@ -363,18 +363,18 @@ func testItemExpiry(t *testing.T, h Harness) {
 	// under a short one that runs out.
 	ttl := 300 * time.Millisecond
 	old := claimItems(t, ps, "w1", 1, longTTL)[0]
-	res, err := ps.RenewItemLeases(ctx(t), store.ItemRenewParams{Owner: "w1", Leases: []store.ItemLease{old.ItemLease}, TTL: longTTL})
+	res, err := ps.RenewLeases(ctx(t), store.RenewParams{Owner: "w1", Leases: []store.Lease{old.Lease}, TTL: longTTL})
 	if err != nil || len(res.Lost) != 0 || !res.ExpiresAt.After(old.ExpiresAt.Add(-time.Millisecond)) {
 		t.Fatalf("renew of a live lease: %+v, %v", res, err)
 	}
-	if res, err := ps.RenewItemLeases(ctx(t), store.ItemRenewParams{Owner: "w2", Leases: []store.ItemLease{old.ItemLease}, TTL: longTTL}); err != nil || len(res.Lost) != 1 {
+	if res, err := ps.RenewLeases(ctx(t), store.RenewParams{Owner: "w2", Leases: []store.Lease{old.Lease}, TTL: longTTL}); err != nil || len(res.Lost) != 1 {
 		t.Fatalf("renew by another owner: %+v, %v", res, err)
 	}
-	if res, err := ps.RenewItemLeases(ctx(t), store.ItemRenewParams{Owner: "w1", Leases: []store.ItemLease{old.ItemLease}, TTL: ttl}); err != nil || len(res.Lost) != 0 {
+	if res, err := ps.RenewLeases(ctx(t), store.RenewParams{Owner: "w1", Leases: []store.Lease{old.Lease}, TTL: ttl}); err != nil || len(res.Lost) != 0 {
 		t.Fatalf("renew under a short lease: %+v, %v", res, err)
 	}
 	sleepPast(ttl)
-	cur := claimItemUntil(t, ps, "w2", old.ItemID, store.ClaimParams{TTL: longTTL})
+	cur := claimItemUntil(t, ps, "w2", old.Lease.ID, store.ClaimParams{TTL: longTTL})
 	if cur.Fence <= old.Fence || cur.Attempt != 2 {
 		t.Fatalf("reclaim fence %d attempt %d, old fence %d", cur.Fence, cur.Attempt, old.Fence)
 	}
@@ -382,22 +382,22 @@ func testItemExpiry(t *testing.T, h Harness) {
 	if before.Counts.Running != 1 {
 		t.Fatalf("a reclaim moved the counts: %+v", before.Counts)
 	}
-	if res, err := ps.RenewItemLeases(ctx(t), store.ItemRenewParams{Owner: "w1", Leases: []store.ItemLease{old.ItemLease}, TTL: ttl}); err != nil || len(res.Lost) != 1 {
+	if res, err := ps.RenewLeases(ctx(t), store.RenewParams{Owner: "w1", Leases: []store.Lease{old.Lease}, TTL: ttl}); err != nil || len(res.Lost) != 1 {
 		t.Fatalf("renew with the old fence: %+v, %v", res, err)
 	}
-	if errs, err := ps.CompleteItems(ctx(t), []store.ItemLease{old.ItemLease}); err != nil || !errors.Is(errs[0], store.ErrLeaseLost) {
+	if errs, err := completeItems(ctx(t), ps, []store.Lease{old.Lease}); err != nil || !errors.Is(errs[0], store.ErrLeaseLost) {
 		t.Fatalf("complete with the old fence: %v %v", errs, err)
 	}
-	if _, err := ps.FailItem(ctx(t), store.ItemFailure{ItemLease: old.ItemLease, Error: "x", Permanent: true}); !errors.Is(err, store.ErrLeaseLost) {
+	if _, err := ps.FailLease(ctx(t), store.Failure{Lease: old.Lease, Error: "x", Permanent: true}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("fail with the old fence: %v", err)
 	}
-	if errs, err := ps.ReleaseItems(ctx(t), []store.ItemLease{old.ItemLease}); err != nil || !errors.Is(errs[0], store.ErrLeaseLost) {
+	if errs, err := ps.ReleaseLeases(ctx(t), []store.Lease{old.Lease}); err != nil || !errors.Is(errs[0], store.ErrLeaseLost) {
 		t.Fatalf("release with the old fence: %v %v", errs, err)
 	}
 	if after := checkItemCounts(t, ps, "alice", in.Publication.ID); after.Counts != before.Counts {
 		t.Fatalf("old-fence writes changed the counts: %+v -> %+v", before.Counts, after.Counts)
 	}
-	if errs, err := ps.CompleteItems(ctx(t), []store.ItemLease{cur.ItemLease}); err != nil || errs[0] != nil {
+	if errs, err := completeItems(ctx(t), ps, []store.Lease{cur.Lease}); err != nil || errs[0] != nil {
 		t.Fatalf("complete with the live fence: %v %v", errs, err)
 	}
 	if p := checkItemCounts(t, ps, "alice", in.Publication.ID); p.State != intent.StateSucceeded {
@@ -414,14 +414,14 @@ func testItemFailures(t *testing.T, h Harness) {
 	in := PublicationIntent(t, "alice", "pub", "fp", batch, assets, intent.ChannelWebhook)
 	mustCreate(t, s, in)
 	cs := claimItems(t, ps, "w1", 2, longTTL)
-	state, err := ps.FailItem(ctx(t), store.ItemFailure{ItemLease: cs[0].ItemLease, Error: "503 from the receiver", MaxAttempts: 2, Backoff: time.Hour})
+	state, err := ps.FailLease(ctx(t), store.Failure{Lease: cs[0].Lease, Error: "503 from the receiver", MaxAttempts: 2, Backoff: time.Hour})
 	if err != nil || state != intent.StateQueued {
 		t.Fatalf("transient failure: %q, %v", state, err)
 	}
 	if got := claimItems(t, ps, "w1", 10, longTTL); len(got) != 0 {
 		t.Fatalf("claimed %d items inside their backoff", len(got))
 	}
-	state, err = ps.FailItem(ctx(t), store.ItemFailure{ItemLease: cs[1].ItemLease, Error: "404 from the receiver", Permanent: true})
+	state, err = ps.FailLease(ctx(t), store.Failure{Lease: cs[1].Lease, Error: "404 from the receiver", Permanent: true})
 	if err != nil || state != intent.StateFailed {
 		t.Fatalf("permanent failure: %q, %v", state, err)
 	}
@@ -441,14 +441,14 @@ func testItemFailures(t *testing.T, h Harness) {
 	in2 := PublicationIntent(t, "alice", "pub", "fp", batch2, assets2, intent.ChannelWebhook)
 	mustCreate(t, s2, in2)
 	c := claimItems(t, ps2, "w1", 1, longTTL)[0]
-	if state, err := ps2.FailItem(ctx(t), store.ItemFailure{ItemLease: c.ItemLease, Error: "timeout", MaxAttempts: 2, Backoff: 50 * time.Millisecond}); err != nil || state != intent.StateQueued {
+	if state, err := ps2.FailLease(ctx(t), store.Failure{Lease: c.Lease, Error: "timeout", MaxAttempts: 2, Backoff: 50 * time.Millisecond}); err != nil || state != intent.StateQueued {
 		t.Fatalf("first failure: %q %v", state, err)
 	}
-	c = claimItemUntil(t, ps2, "w2", c.ItemID, store.ClaimParams{TTL: longTTL})
+	c = claimItemUntil(t, ps2, "w2", c.Lease.ID, store.ClaimParams{TTL: longTTL})
 	if c.Attempt != 2 {
 		t.Fatalf("attempt %d", c.Attempt)
 	}
-	if state, err := ps2.FailItem(ctx(t), store.ItemFailure{ItemLease: c.ItemLease, Error: "timeout again", MaxAttempts: 2, Backoff: time.Millisecond}); err != nil || state != intent.StateFailed {
+	if state, err := ps2.FailLease(ctx(t), store.Failure{Lease: c.Lease, Error: "timeout again", MaxAttempts: 2, Backoff: time.Millisecond}); err != nil || state != intent.StateFailed {
 		t.Fatalf("last failure: %q %v", state, err)
 	}
 	p = checkItemCounts(t, ps2, "alice", in2.Publication.ID)
@@ -498,7 +498,7 @@ func testItemRelease(t *testing.T, h Harness) {
 	in := PublicationIntent(t, "alice", "pub", "fp", batch, assets, intent.ChannelGallery)
 	mustCreate(t, s, in)
 	c := claimItems(t, ps, "w1", 1, longTTL)[0]
-	if errs, err := ps.ReleaseItems(ctx(t), []store.ItemLease{c.ItemLease}); err != nil || errs[0] != nil {
+	if errs, err := ps.ReleaseLeases(ctx(t), []store.Lease{c.Lease}); err != nil || errs[0] != nil {
 		t.Fatalf("release: %v %v", errs, err)
 	}
 	if p := checkItemCounts(t, ps, "alice", in.Publication.ID); p.Counts.Queued != 1 {
@@ -508,7 +508,7 @@ func testItemRelease(t *testing.T, h Harness) {
 	if err != nil || len(again) != 1 || again[0].Attempt != 2 || again[0].Fence <= c.Fence {
 		t.Fatalf("claim after release: %+v, %v", again, err)
 	}
-	if state, err := ps.FailItem(ctx(t), store.ItemFailure{ItemLease: again[0].ItemLease, Error: "x", MaxAttempts: 2}); err != nil || state != intent.StateQueued {
+	if state, err := ps.FailLease(ctx(t), store.Failure{Lease: again[0].Lease, Error: "x", MaxAttempts: 2}); err != nil || state != intent.StateQueued {
 		t.Fatalf("the release counted against the maximum: %q %v", state, err)
 	}
 }
@@ -532,7 +532,7 @@ func testRacingItemClaims(t *testing.T, h Harness) {
 		cs, err := st.ClaimItems(context.Background(), p)
 		ids := make([]string, len(cs))
 		for i, c := range cs {
-			ids[i] = c.ItemID
+			ids[i] = c.Lease.ID
 		}
 		return ids, err
 	})
@@ -544,4 +544,22 @@ func testRacingItemClaims(t *testing.T, h Harness) {
 			t.Fatalf("publication counts %+v", p.Counts)
 		}
 	}
+}
+
+// completeItems completes item leases (CompleteLeases without assets) and
+// answers each one's error.
+func completeItems(ctx context.Context, s store.LeaseStore, leases []store.Lease) ([]error, error) {
+	cs := make([]store.Completion, len(leases))
+	for i, l := range leases {
+		cs[i] = store.Completion{Lease: l}
+	}
+	res, err := s.CompleteLeases(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(res))
+	for i, r := range res {
+		errs[i] = r.Err
+	}
+	return errs, nil
 }

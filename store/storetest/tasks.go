@@ -43,10 +43,10 @@ func claimUntil(t *testing.T, s store.Store, owner, taskID string, p store.Claim
 			t.Fatalf("ClaimTasks: %v", err)
 		}
 		for _, c := range cs {
-			if c.TaskID == taskID {
+			if c.ID == taskID {
 				return c
 			}
-			t.Fatalf("claimed %s while waiting for %s", c.TaskID, taskID)
+			t.Fatalf("claimed %s while waiting for %s", c.ID, taskID)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -112,7 +112,7 @@ const shaA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 
 func complete(t *testing.T, s store.Store, c store.ClaimedTask) store.CompletionResult {
 	t.Helper()
-	res, err := s.CompleteTasks(ctx(t), []store.Completion{{Lease: c.Lease, Asset: asset(t, shaA)}})
+	res, err := s.CompleteLeases(ctx(t), []store.Completion{{Lease: c.Lease, Asset: asset(t, shaA)}})
 	if err != nil {
 		t.Fatalf("CompleteTasks: %v", err)
 	}
@@ -127,10 +127,10 @@ func testClaimBasics(t *testing.T, h Harness) {
 	if len(cs) != 3 {
 		t.Fatalf("claimed %d, want 3", len(cs))
 	}
-	slices.SortFunc(cs, func(a, b store.ClaimedTask) int { return cmpStr(a.TaskID, b.TaskID) })
+	slices.SortFunc(cs, func(a, b store.ClaimedTask) int { return cmpStr(a.ID, b.ID) })
 	for i, c := range cs {
 		want := in.Batch.Tasks[i]
-		if c.TaskID != want.ID || c.BatchID != in.Batch.ID || c.Actor != "alice" || c.Generator != want.Generator ||
+		if c.ID != want.ID || c.BatchID != in.Batch.ID || c.Actor != "alice" || c.Generator != want.Generator ||
 			c.Frame != want.Frame || c.Collection != want.Collection || c.Candidate != want.Candidate {
 			t.Fatalf("claim %d = %+v, want task %+v (plan order)", i, c, want)
 		}
@@ -145,7 +145,7 @@ func testClaimBasics(t *testing.T, h Harness) {
 	if b.Counts.Running != 3 || b.Counts.Queued != 2 || b.State != intent.StateRunning {
 		t.Fatalf("batch after claim: %+v", b)
 	}
-	if tk := task(t, s, "alice", in.Batch.ID, cs[0].TaskID); tk.State != intent.StateRunning || tk.Attempts != 1 {
+	if tk := task(t, s, "alice", in.Batch.ID, cs[0].ID); tk.State != intent.StateRunning || tk.Attempts != 1 {
 		t.Fatalf("claimed task reads %+v", tk)
 	}
 	rest := claim(t, s, "w2", 10, longTTL)
@@ -188,7 +188,7 @@ func testRacingClaims(t *testing.T, h Harness) {
 		cs, err := st.ClaimTasks(context.Background(), p)
 		ids := make([]string, len(cs))
 		for i, c := range cs {
-			ids[i] = c.TaskID
+			ids[i] = c.ID
 		}
 		return ids, err
 	})
@@ -221,7 +221,7 @@ func testOldFence(t *testing.T, h Harness) {
 		t.Fatalf("renew under a short lease: %+v, %v", rr, err)
 	}
 	sleepPast(ttl)
-	cur := claimUntil(t, s, "w2", old.TaskID, store.ClaimParams{TTL: longTTL})
+	cur := claimUntil(t, s, "w2", old.ID, store.ClaimParams{TTL: longTTL})
 	if cur.Fence <= old.Fence || cur.Attempt != 2 {
 		t.Fatalf("reclaim fence %d attempt %d, old fence %d", cur.Fence, cur.Attempt, old.Fence)
 	}
@@ -229,19 +229,19 @@ func testOldFence(t *testing.T, h Harness) {
 		t.Fatalf("reclaim lost the step: %q %q", cur.Step, cur.ProviderRef)
 	}
 	before := checkCounts(t, s, "alice", in.Batch.ID)
-	beforeTask := task(t, s, "alice", in.Batch.ID, old.TaskID)
+	beforeTask := task(t, s, "alice", in.Batch.ID, old.ID)
 
 	if errs, err := s.SaveSteps(ctx(t), []store.StepSave{{Lease: old.Lease, Step: "waited", ProviderRef: "ref-x", Calls: 3, Note: "stale"}}); err != nil || !errors.Is(errs[0], store.ErrLeaseLost) {
 		t.Fatalf("SaveSteps with the old fence: %v %v", errs, err)
 	}
-	res, err := s.CompleteTasks(ctx(t), []store.Completion{{Lease: old.Lease, Asset: asset(t, shaA)}})
+	res, err := s.CompleteLeases(ctx(t), []store.Completion{{Lease: old.Lease, Asset: asset(t, shaA)}})
 	if err != nil || !errors.Is(res[0].Err, store.ErrLeaseLost) {
 		t.Fatalf("CompleteTasks with the old fence: %+v, %v", res, err)
 	}
-	if _, err := s.FailTask(ctx(t), store.Failure{Lease: old.Lease, Error: "boom", Permanent: true}); !errors.Is(err, store.ErrLeaseLost) {
+	if _, err := s.FailLease(ctx(t), store.Failure{Lease: old.Lease, Error: "boom", Permanent: true}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("FailTask with the old fence: %v", err)
 	}
-	if errs, err := s.ReleaseTasks(ctx(t), []store.Lease{old.Lease}); err != nil || !errors.Is(errs[0], store.ErrLeaseLost) {
+	if errs, err := s.ReleaseLeases(ctx(t), []store.Lease{old.Lease}); err != nil || !errors.Is(errs[0], store.ErrLeaseLost) {
 		t.Fatalf("ReleaseTasks with the old fence: %v, %v", errs, err)
 	}
 	rr, err := s.RenewLeases(ctx(t), store.RenewParams{Owner: "w1", Leases: []store.Lease{old.Lease}, TTL: longTTL})
@@ -249,19 +249,19 @@ func testOldFence(t *testing.T, h Harness) {
 		t.Fatalf("RenewLeases with the old fence: %+v, %v", rr, err)
 	}
 	after := checkCounts(t, s, "alice", in.Batch.ID)
-	afterTask := task(t, s, "alice", in.Batch.ID, old.TaskID)
+	afterTask := task(t, s, "alice", in.Batch.ID, old.ID)
 	if after.Counts != before.Counts || !after.UpdatedAt.Equal(before.UpdatedAt) || !reflect.DeepEqual(afterTask, beforeTask) {
 		t.Fatalf("old-fence writes changed something:\n%+v\n%+v\n%+v\n%+v", before, after, beforeTask, afterTask)
 	}
-	if _, err := s.AssetForTask(ctx(t), old.TaskID); intent.ErrorCode(err) != intent.ENotFound {
+	if _, err := s.AssetForTask(ctx(t), old.ID); intent.ErrorCode(err) != intent.ENotFound {
 		t.Fatalf("an old-fence completion left an asset: %v", err)
 	}
 	// The live fence completes.
 	if r := complete(t, s, cur); r.Err != nil || r.AssetID == "" {
 		t.Fatalf("completion with the live fence: %+v", r)
 	}
-	a, err := s.AssetForTask(ctx(t), cur.TaskID)
-	if err != nil || a.ID == "" || a.Actor != "alice" || a.TaskID == nil || *a.TaskID != cur.TaskID || a.SHA256 != shaA {
+	a, err := s.AssetForTask(ctx(t), cur.ID)
+	if err != nil || a.ID == "" || a.Actor != "alice" || a.TaskID == nil || *a.TaskID != cur.ID || a.SHA256 != shaA {
 		t.Fatalf("AssetForTask = %+v, %v", a, err)
 	}
 	if got, err := s.GetAsset(ctx(t), "alice", a.ID); err != nil || got.ID != a.ID {
@@ -273,7 +273,7 @@ func testOldFence(t *testing.T, h Harness) {
 	if in, err := s.BlobInUse(ctx(t), "bb"+shaA[2:]); err != nil || in {
 		t.Fatalf("BlobInUse of an unknown blob = %v, %v", in, err)
 	}
-	tk := task(t, s, "alice", in.Batch.ID, cur.TaskID)
+	tk := task(t, s, "alice", in.Batch.ID, cur.ID)
 	if tk.State != intent.StateSucceeded || tk.AssetID == nil || *tk.AssetID != a.ID || tk.Attempts != 2 {
 		t.Fatalf("completed task = %+v", tk)
 	}
@@ -322,7 +322,7 @@ func testRenew(t *testing.T, h Harness) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rr.Lost) == 1 && rr.Lost[0] == cs[0].TaskID {
+		if len(rr.Lost) == 1 && rr.Lost[0] == cs[0].ID {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -371,19 +371,19 @@ func testCancelRunning(t *testing.T, h Harness) {
 	if r := complete(t, s, cs[2]); !errors.Is(r.Err, store.ErrTaskCanceled) {
 		t.Fatalf("completion after cancel: %+v", r)
 	}
-	if _, err := s.AssetForTask(ctx(t), cs[2].TaskID); intent.ErrorCode(err) != intent.ENotFound {
+	if _, err := s.AssetForTask(ctx(t), cs[2].ID); intent.ErrorCode(err) != intent.ENotFound {
 		t.Fatalf("a canceled completion left an asset: %v", err)
 	}
 	// A renewal names it; a release ends it canceled.
 	rr, err := s.RenewLeases(ctx(t), store.RenewParams{Owner: "w1", Leases: []store.Lease{cs[3].Lease}, TTL: longTTL})
-	if err != nil || len(rr.Canceled) != 1 || rr.Canceled[0] != cs[3].TaskID || len(rr.Lost) != 0 {
+	if err != nil || len(rr.Canceled) != 1 || rr.Canceled[0] != cs[3].ID || len(rr.Lost) != 0 {
 		t.Fatalf("renew after cancel: %+v, %v", rr, err)
 	}
-	if errs, err := s.ReleaseTasks(ctx(t), []store.Lease{cs[3].Lease}); err != nil || errs[0] != nil {
+	if errs, err := s.ReleaseLeases(ctx(t), []store.Lease{cs[3].Lease}); err != nil || errs[0] != nil {
 		t.Fatalf("release after cancel: %v %v", errs, err)
 	}
 	// A failure: canceled, not queued.
-	if st, err := s.FailTask(ctx(t), store.Failure{Lease: cs[4].Lease, Error: "boom", Backoff: time.Millisecond}); err != nil || st != intent.StateCanceled {
+	if st, err := s.FailLease(ctx(t), store.Failure{Lease: cs[4].Lease, Error: "boom", Backoff: time.Millisecond}); err != nil || st != intent.StateCanceled {
 		t.Fatalf("fail after cancel: %q %v", st, err)
 	}
 	// An expired lease: canceled by the next claim.
@@ -391,7 +391,7 @@ func testCancelRunning(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for task(t, s, "alice", in.Batch.ID, cs[5].TaskID).State == intent.StateRunning {
+	for task(t, s, "alice", in.Batch.ID, cs[5].ID).State == intent.StateRunning {
 		if time.Now().After(deadline) {
 			t.Fatal("the expired task of a canceled batch was never canceled")
 		}
@@ -404,7 +404,7 @@ func testCancelRunning(t *testing.T, h Harness) {
 	if b.Counts != (intent.Counts{Succeeded: 1, Canceled: 7}) || b.State != intent.StateCanceled {
 		t.Fatalf("final: %+v", b)
 	}
-	if tk := task(t, s, "alice", in.Batch.ID, cs[0].TaskID); tk.State != intent.StateSucceeded || tk.AssetID == nil {
+	if tk := task(t, s, "alice", in.Batch.ID, cs[0].ID); tk.State != intent.StateSucceeded || tk.AssetID == nil {
 		t.Fatalf("the succeeded task changed: %+v", tk)
 	}
 	again, err := s.CancelBatch(ctx(t), "alice", in.Batch.ID)
@@ -479,7 +479,7 @@ func testBackoff(t *testing.T, h Harness) {
 	in := Intent(t, "alice", "req", "fp", 1)
 	mustCreate(t, s, in)
 	c := claim(t, s, "w", 1, longTTL)[0]
-	st, err := s.FailTask(ctx(t), store.Failure{Lease: c.Lease, Error: "attempt 1: flaky", Backoff: time.Hour, MaxAttempts: 5})
+	st, err := s.FailLease(ctx(t), store.Failure{Lease: c.Lease, Error: "attempt 1: flaky", Backoff: time.Hour, MaxAttempts: 5})
 	if err != nil || st != intent.StateQueued {
 		t.Fatalf("FailTask = %q, %v", st, err)
 	}
@@ -487,7 +487,7 @@ func testBackoff(t *testing.T, h Harness) {
 	if b.Counts.Queued != 1 || b.State != intent.StateRunning {
 		t.Fatalf("a batch with a task waiting to retry: %+v (want running: it started)", b)
 	}
-	tk := task(t, s, "alice", in.Batch.ID, c.TaskID)
+	tk := task(t, s, "alice", in.Batch.ID, c.ID)
 	if tk.Error == nil || *tk.Error != "attempt 1: flaky" || tk.Attempts != 1 {
 		t.Fatalf("queued task = %+v", tk)
 	}
@@ -504,17 +504,17 @@ func testBackoff(t *testing.T, h Harness) {
 	in3 := Intent(t, "alice", "req-3", "fp", 1)
 	mustCreate(t, s, in3)
 	c3 := claim(t, s, "w", 1, longTTL)[0]
-	if st, err := s.FailTask(ctx(t), store.Failure{Lease: c3.Lease, Error: "flaky", MaxAttempts: 5}); err != nil || st != intent.StateQueued {
+	if st, err := s.FailLease(ctx(t), store.Failure{Lease: c3.Lease, Error: "flaky", MaxAttempts: 5}); err != nil || st != intent.StateQueued {
 		t.Fatalf("FailTask = %q, %v", st, err)
 	}
 	again := claim(t, s, "w", 1, longTTL)
-	if len(again) != 1 || again[0].TaskID != c3.TaskID || again[0].Attempt != 2 || again[0].Fence <= c3.Fence {
+	if len(again) != 1 || again[0].ID != c3.ID || again[0].Attempt != 2 || again[0].Fence <= c3.Fence {
 		t.Fatalf("retry claim = %+v", again)
 	}
 	if r := complete(t, s, again[0]); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	if tk := task(t, s, "alice", in3.Batch.ID, c3.TaskID); tk.Error != nil || tk.Attempts != 2 {
+	if tk := task(t, s, "alice", in3.Batch.ID, c3.ID); tk.Error != nil || tk.Attempts != 2 {
 		t.Fatalf("succeeded after a retry: %+v (error cleared, attempts 2)", tk)
 	}
 }
@@ -529,16 +529,16 @@ func testMaxAttempts(t *testing.T, h Harness) {
 	for attempt := 1; attempt <= 3; attempt++ {
 		var c store.ClaimedTask
 		for _, got := range claim(t, s, "w", 2, longTTL) {
-			if got.TaskID == id {
+			if got.ID == id {
 				c = got
-			} else if _, err := s.ReleaseTasks(ctx(t), []store.Lease{got.Lease}); err != nil {
+			} else if _, err := s.ReleaseLeases(ctx(t), []store.Lease{got.Lease}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		if c.Attempt != attempt {
 			t.Fatalf("attempt %d claimed as %+v", attempt, c)
 		}
-		st, err := s.FailTask(ctx(t), store.Failure{Lease: c.Lease, Error: fmt.Sprintf("attempt %d: boom", attempt), MaxAttempts: 3})
+		st, err := s.FailLease(ctx(t), store.Failure{Lease: c.Lease, Error: fmt.Sprintf("attempt %d: boom", attempt), MaxAttempts: 3})
 		want := intent.StateQueued
 		if attempt == 3 {
 			want = intent.StateFailed
@@ -555,14 +555,14 @@ func testMaxAttempts(t *testing.T, h Harness) {
 	// The other task was released three times and still has every attempt.
 	other := in.Batch.Tasks[1].ID
 	c := claim(t, s, "w", 1, longTTL)[0]
-	if c.TaskID != other || c.Attempt != 4 {
+	if c.ID != other || c.Attempt != 4 {
 		t.Fatalf("claim after releases = %+v", c)
 	}
-	if st, err := s.FailTask(ctx(t), store.Failure{Lease: c.Lease, Error: "flaky", MaxAttempts: 2}); err != nil || st != intent.StateQueued {
+	if st, err := s.FailLease(ctx(t), store.Failure{Lease: c.Lease, Error: "flaky", MaxAttempts: 2}); err != nil || st != intent.StateQueued {
 		t.Fatalf("released tries counted against the maximum: %q %v", st, err)
 	}
 	c = claim(t, s, "w", 1, longTTL)[0]
-	if st, err := s.FailTask(ctx(t), store.Failure{Lease: c.Lease, Error: "bad params", Permanent: true, MaxAttempts: 5}); err != nil || st != intent.StateFailed {
+	if st, err := s.FailLease(ctx(t), store.Failure{Lease: c.Lease, Error: "bad params", Permanent: true, MaxAttempts: 5}); err != nil || st != intent.StateFailed {
 		t.Fatalf("permanent failure = %q %v", st, err)
 	}
 	b := checkCounts(t, s, "alice", in.Batch.ID)
@@ -576,7 +576,7 @@ func testMaxAttempts(t *testing.T, h Harness) {
 	ttl := 20 * time.Millisecond
 	c = claim(t, s, "w", 1, ttl)[0]
 	deadline := time.Now().Add(30 * time.Second)
-	for task(t, s, "bob", in2.Batch.ID, c.TaskID).State == intent.StateRunning {
+	for task(t, s, "bob", in2.Batch.ID, c.ID).State == intent.StateRunning {
 		if time.Now().After(deadline) {
 			t.Fatal("an expired task on its last attempt was never failed")
 		}
@@ -585,7 +585,7 @@ func testMaxAttempts(t *testing.T, h Harness) {
 			t.Fatalf("claimed %+v, %v", got, err)
 		}
 	}
-	tk = task(t, s, "bob", in2.Batch.ID, c.TaskID)
+	tk = task(t, s, "bob", in2.Batch.ID, c.ID)
 	if tk.State != intent.StateFailed || tk.Error == nil || tk.Attempts != 1 {
 		t.Fatalf("expired on its last attempt: %+v", tk)
 	}
@@ -601,7 +601,7 @@ func testRelease(t *testing.T, h Harness) {
 	if err := saveStep(t, s, c.Lease, "waited", "ref-9"); err != nil {
 		t.Fatal(err)
 	}
-	errs, err := s.ReleaseTasks(ctx(t), []store.Lease{c.Lease})
+	errs, err := s.ReleaseLeases(ctx(t), []store.Lease{c.Lease})
 	if err != nil || errs[0] != nil {
 		t.Fatalf("release: %v %v", errs, err)
 	}
@@ -612,7 +612,7 @@ func testRelease(t *testing.T, h Harness) {
 	if len(again) != 1 || again[0].Step != "waited" || again[0].ProviderRef != "ref-9" || again[0].Attempt != 2 {
 		t.Fatalf("claim after release = %+v", again)
 	}
-	if errs, _ := s.ReleaseTasks(ctx(t), []store.Lease{c.Lease}); !errors.Is(errs[0], store.ErrLeaseLost) {
+	if errs, _ := s.ReleaseLeases(ctx(t), []store.Lease{c.Lease}); !errors.Is(errs[0], store.ErrLeaseLost) {
 		t.Fatalf("second release of the old lease: %v", errs[0])
 	}
 }
@@ -626,7 +626,7 @@ func testGenerationCalls(t *testing.T, h Harness) {
 	in := Intent(t, "alice", "req", "fp", 1)
 	mustCreate(t, s, in)
 	c := claim(t, s, "w1", 1, longTTL)[0]
-	if tk := task(t, s, "alice", in.Batch.ID, c.TaskID); tk.GenerationCalls != 0 || tk.History == nil || len(tk.History) != 0 {
+	if tk := task(t, s, "alice", in.Batch.ID, c.ID); tk.GenerationCalls != 0 || tk.History == nil || len(tk.History) != 0 {
 		t.Fatalf("a new task: calls %d, history %#v", tk.GenerationCalls, tk.History)
 	}
 	errs, err := s.SaveSteps(ctx(t), []store.StepSave{{Lease: c.Lease, Step: "submitted", ProviderRef: "r", Calls: 1}})
@@ -637,7 +637,7 @@ func testGenerationCalls(t *testing.T, h Harness) {
 	if err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
-	if errs, _ := s.ReleaseTasks(ctx(t), []store.Lease{c.Lease}); errs[0] != nil {
+	if errs, _ := s.ReleaseLeases(ctx(t), []store.Lease{c.Lease}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
 	c = claim(t, s, "w2", 1, longTTL)[0]
@@ -651,7 +651,7 @@ func testGenerationCalls(t *testing.T, h Harness) {
 	if r := complete(t, s, c); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	tk := task(t, s, "alice", in.Batch.ID, c.TaskID)
+	tk := task(t, s, "alice", in.Batch.ID, c.ID)
 	if tk.GenerationCalls != 3 || !reflect.DeepEqual(tk.History, []string{"attempt 1: lost line two", "attempt 2: again"}) {
 		t.Fatalf("after two attempts: calls %d, history %#v", tk.GenerationCalls, tk.History)
 	}
@@ -706,18 +706,18 @@ func testCountsUnderChurn(t *testing.T, h Harness) {
 		for _, c := range cs {
 			switch r.IntN(5) {
 			case 0:
-				_, err = s.CompleteTasks(context.Background(), []store.Completion{{Lease: c.Lease, Asset: asset(t, shaA)}})
+				_, err = s.CompleteLeases(context.Background(), []store.Completion{{Lease: c.Lease, Asset: asset(t, shaA)}})
 			case 1:
-				_, err = s.FailTask(context.Background(), store.Failure{Lease: c.Lease, Error: "x", MaxAttempts: 3})
+				_, err = s.FailLease(context.Background(), store.Failure{Lease: c.Lease, Error: "x", MaxAttempts: 3})
 			case 2:
-				_, err = s.ReleaseTasks(context.Background(), []store.Lease{c.Lease})
+				_, err = s.ReleaseLeases(context.Background(), []store.Lease{c.Lease})
 			case 3:
 				_, err = s.SaveSteps(context.Background(), []store.StepSave{{Lease: c.Lease, Step: "submitted", ProviderRef: "r"}})
 				if err == nil {
-					_, err = s.CompleteTasks(context.Background(), []store.Completion{{Lease: c.Lease, Asset: asset(t, shaA)}})
+					_, err = s.CompleteLeases(context.Background(), []store.Completion{{Lease: c.Lease, Asset: asset(t, shaA)}})
 				}
 			case 4:
-				_, err = s.FailTask(context.Background(), store.Failure{Lease: c.Lease, Error: "perm", Permanent: true})
+				_, err = s.FailLease(context.Background(), store.Failure{Lease: c.Lease, Error: "perm", Permanent: true})
 			}
 			if err != nil {
 				t.Errorf("move: %v", err)

@@ -65,7 +65,7 @@ func testWakes(t *testing.T, h Harness) {
 	wantIDs(t, p, wake.Changed, "claim", id)
 
 	before := time.Now()
-	if _, err := s.FailTask(ctx(t), store.Failure{Lease: cs[0].Lease, Error: "boom", Backoff: time.Hour}); err != nil {
+	if _, err := s.FailLease(ctx(t), store.Failure{Lease: cs[0].Lease, Error: "boom", Backoff: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	p = taken(t, sub, "failure")
@@ -74,7 +74,7 @@ func testWakes(t *testing.T, h Harness) {
 	}
 	wantIDs(t, p, wake.Tasks, "failure", id)
 
-	if _, err := s.ReleaseTasks(ctx(t), []store.Lease{cs[1].Lease}); err != nil {
+	if _, err := s.ReleaseLeases(ctx(t), []store.Lease{cs[1].Lease}); err != nil {
 		t.Fatal(err)
 	}
 	p = taken(t, sub, "release")
@@ -83,7 +83,7 @@ func testWakes(t *testing.T, h Harness) {
 	}
 	wantIDs(t, p, wake.Tasks, "release", id)
 
-	if _, err := s.CompleteTasks(ctx(t), []store.Completion{{Lease: cs[2].Lease, Asset: asset(t, sha("a"))}}); err != nil {
+	if _, err := s.CompleteLeases(ctx(t), []store.Completion{{Lease: cs[2].Lease, Asset: asset(t, sha("a"))}}); err != nil {
 		t.Fatal(err)
 	}
 	p = taken(t, sub, "completion")
@@ -110,7 +110,7 @@ func testWakes(t *testing.T, h Harness) {
 	}
 	wantIDs(t, p, wake.Items, "publication", pub.Publication.ID)
 	items := claimItems(t, s, "p1", 1, longTTL)
-	if _, err := s.ReleaseItems(ctx(t), []store.ItemLease{items[0].ItemLease}); err != nil {
+	if _, err := s.ReleaseLeases(ctx(t), []store.Lease{items[0].Lease}); err != nil {
 		t.Fatal(err)
 	}
 	for p = taken(t, sub, "item release"); p.Due&wake.Items == 0; p = taken(t, sub, "item release") {
