@@ -73,20 +73,22 @@ func TestLockHoldTryInspectRelease(t *testing.T) {
 // held, by the server too, thanks to its renewals.
 func TestLockRenewsBeyondTTL(t *testing.T) {
 	s := newStack(t, false)
-	c := lockClient(t, s.URL, s.Token)
+	front, _, renewed := stallRenewals(t, s, 0, nil)
+	c := lockClient(t, front, s.Token)
 	ctx := context.Background()
 	// A 2 s TTL: a renewal (due every 667 ms) late by more than about
-	// 1.3 s on a loaded machine would lose it.
+	// 1.3 s on a loaded machine would lose it. Four renewals answered take
+	// the lease past its TTL (they are due at 0.67, 1.33, 2 and 2.67 s).
 	l, err := c.Hold(ctx, "jobs", "long", client.LockOptions{TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Second)
+	renewed.wait(t, 4, "renewals answered")
 	if err := l.Err(); err != nil {
-		t.Fatalf("after 2.5 TTLs: %v", err)
+		t.Fatalf("after four renewals: %v", err)
 	}
 	if _, err := c.TryHold(ctx, "jobs", "long", client.LockOptions{}); !errors.Is(err, client.ErrLockBusy) {
-		t.Fatalf("TryHold after 2.5 TTLs: %v, want busy", err)
+		t.Fatalf("TryHold after four renewals: %v, want busy", err)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -288,14 +290,15 @@ func (d *discard) WriteHeader(int)             {}
 
 // stallRenewals is a proxy front that holds renewals back: the first
 // `first` of them (all when first < 0) get no answer until the caller
-// gives up; answer, when set, answers the others itself.
-func stallRenewals(t *testing.T, s *stack, first int, answer func(w http.ResponseWriter)) (string, *atomic.Int32) {
-	var n atomic.Int32
+// gives up; answer, when set, answers the others itself. tries counts the
+// renewals that reach it, renewed those the server answered 200.
+func stallRenewals(t *testing.T, s *stack, first int, answer func(w http.ResponseWriter)) (front string, tries, renewed *signal) {
+	tries, renewed = &signal{}, &signal{}
 	stop := make(chan struct{})
-	front := proxy(t, s, func(next http.Handler) http.Handler {
+	front = proxy(t, s, func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/v1/locks/renew" {
-				if i := n.Add(1); first < 0 || int(i) <= first {
+				if i := tries.add(); first < 0 || i <= first {
 					// Read whole, so that net/http notices the caller going.
 					io.Copy(io.Discard, r.Body)
 					select {
@@ -308,19 +311,92 @@ func stallRenewals(t *testing.T, s *stack, first int, answer func(w http.Respons
 					answer(w)
 					return
 				}
+				rec := &statusRecorder{ResponseWriter: w}
+				next.ServeHTTP(rec, r)
+				if rec.status == http.StatusOK {
+					renewed.add()
+				}
+				return
 			}
 			next.ServeHTTP(w, r)
 		})
 	})
 	t.Cleanup(func() { close(stop) }) // before the front closes: it waits for its handlers
-	return front, &n
+	return front, tries, renewed
+}
+
+// statusRecorder notes the status an answer was written with.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// signal counts events (a renewal tried, a renewal answered) and lets a
+// test wait for the nth, in place of sleeping for as long as n should take.
+type signal struct {
+	mu    sync.Mutex
+	n     int
+	waits map[int][]chan struct{}
+}
+
+// add counts one event and returns the count.
+func (s *signal) add() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	for _, ch := range s.waits[s.n] {
+		close(ch)
+	}
+	delete(s.waits, s.n)
+	return s.n
+}
+
+// count is the events so far.
+func (s *signal) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+// wait returns once n events have happened; it fails the test if that
+// takes over a minute (a hang, not a slow machine).
+func (s *signal) wait(t *testing.T, n int, what string) {
+	t.Helper()
+	s.mu.Lock()
+	ch := make(chan struct{})
+	if s.n >= n {
+		close(ch)
+	} else {
+		if s.waits == nil {
+			s.waits = map[int][]chan struct{}{}
+		}
+		s.waits[n] = append(s.waits[n], ch)
+	}
+	s.mu.Unlock()
+	select {
+	case <-ch:
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: %d of %d after a minute", what, s.count(), n)
+	}
 }
 
 // TestLockLostByTheLocalClock: renewals that never get an answer lose
 // the lease within its TTL, by this program's clock alone.
 func TestLockLostByTheLocalClock(t *testing.T) {
 	s := newStack(t, false)
-	front, _ := stallRenewals(t, s, -1, nil)
+	front, _, _ := stallRenewals(t, s, -1, nil)
 	c := lockClient(t, front, s.Token)
 	ctx := context.Background()
 	l, err := c.Hold(ctx, "jobs", "stalled", client.LockOptions{TTL: 600 * time.Millisecond})
@@ -346,21 +422,26 @@ func TestLockLostByTheLocalClock(t *testing.T) {
 // after a third of the TTL and tried again; the lease holds.
 func TestLockOneStalledRenewalIsNotALoss(t *testing.T) {
 	s := newStack(t, false)
-	front, n := stallRenewals(t, s, 1, nil)
+	front, _, renewed := stallRenewals(t, s, 1, nil)
 	c := lockClient(t, front, s.Token)
 	ctx := context.Background()
 	// The first renewal, at 1 s, stalls and is cut at 2 s; the next, sent
-	// then, has a second to land before the 3 s TTL ends.
+	// then, has a second to land before the 3 s TTL ends. The test waits
+	// for renewals answered after the stalled one until the lease has
+	// outlived its first TTL.
+	start := time.Now()
 	l, err := c.Hold(ctx, "jobs", "hiccup", client.LockOptions{TTL: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(7 * time.Second)
+	for n := 1; time.Since(start) <= 3*time.Second; n++ {
+		renewed.wait(t, n, "renewals answered after the stalled one")
+	}
 	if err := l.Err(); err != nil {
 		t.Fatalf("after one stalled renewal: %v", err)
 	}
-	if n.Load() < 3 {
-		t.Errorf("%d renewal tries, want the stalled one and more", n.Load())
+	if _, err := c.TryHold(ctx, "jobs", "hiccup", client.LockOptions{}); !errors.Is(err, client.ErrLockBusy) {
+		t.Fatalf("TryHold after the stalled renewal: %v, want busy", err)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -371,7 +452,7 @@ func TestLockOneStalledRenewalIsNotALoss(t *testing.T) {
 // (404, as after its restart) loses it at once.
 func TestLockRenewal404IsALoss(t *testing.T) {
 	s := newStack(t, false)
-	front, _ := stallRenewals(t, s, 0, func(w http.ResponseWriter) {
+	front, _, _ := stallRenewals(t, s, 0, func(w http.ResponseWriter) {
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(http.StatusNotFound)
 		io.WriteString(w, `{"type":"about:blank","title":"Not Found","status":404,"detail":"Not found."}`)
@@ -505,16 +586,14 @@ func TestLockReleaseConcurrent(t *testing.T) {
 // ends the renewal and frees the key, within its own context.
 func TestLockReleaseBoundedByItsContext(t *testing.T) {
 	s := newStack(t, false)
-	front, n := stallRenewals(t, s, -1, nil)
+	front, tries, _ := stallRenewals(t, s, -1, nil)
 	c := lockClient(t, front, s.Token)
 	ctx := context.Background()
 	l, err := c.Hold(ctx, "jobs", "busy-renewal", client.LockOptions{TTL: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for n.Load() == 0 { // a renewal is under way (it comes at 1 s)
-		time.Sleep(10 * time.Millisecond)
-	}
+	tries.wait(t, 1, "a renewal under way") // it comes at 1 s
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if err := l.Release(rctx); err != nil {

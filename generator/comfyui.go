@@ -71,6 +71,7 @@ type comfyUI struct {
 	waitTimeout  time.Duration
 	prompt       promptTemplate
 	c            *caller
+	refuse       bool // size_mismatch: refuse
 }
 
 // comfyField is one "node.inputs.field" of a workflow.
@@ -84,7 +85,7 @@ func newComfyUI(o Options, s Spec) (*comfyUI, error) {
 		return nil, err
 	}
 	g := &comfyUI{id: s.ID, base: u, inputs: map[string]comfyField{}, outputNode: s.OutputNode,
-		pollInterval: time.Duration(s.PollInterval)}
+		pollInterval: time.Duration(s.PollInterval), refuse: s.SizeMismatch == SizeMismatchRefuse}
 	if g.pollInterval == 0 {
 		g.pollInterval = DefaultComfyPollInterval
 	}
@@ -177,6 +178,9 @@ func parseWorkflow(data []byte) (map[string]workflowNode, error) {
 
 // ID implements Generator.
 func (g *comfyUI) ID() string { return g.id }
+
+// RefusesOtherSizes implements SizeRefuser.
+func (g *comfyUI) RefusesOtherSizes() bool { return g.refuse }
 
 func (g *comfyUI) url(path string, query url.Values) string {
 	u := *g.base

@@ -42,6 +42,7 @@ type openAI struct {
 	size     string
 	prompt   promptTemplate
 	c        *caller
+	refuse   bool // size_mismatch: refuse
 }
 
 func newOpenAI(o Options, s Spec) (*openAI, error) {
@@ -68,11 +69,15 @@ func newOpenAI(o Options, s Spec) (*openAI, error) {
 		return nil, err
 	}
 	c.genCall = "generate"
-	return &openAI{id: s.ID, endpoint: u.String() + "/images/generations", model: s.Model, size: size, prompt: pt, c: c}, nil
+	return &openAI{id: s.ID, endpoint: u.String() + "/images/generations", model: s.Model, size: size, prompt: pt, c: c,
+		refuse: s.SizeMismatch == SizeMismatchRefuse}, nil
 }
 
 // ID implements Generator.
 func (g *openAI) ID() string { return g.id }
+
+// RefusesOtherSizes implements SizeRefuser.
+func (g *openAI) RefusesOtherSizes() bool { return g.refuse }
 
 // openAIRef is what an openai reference holds.
 type openAIRef struct {

@@ -116,6 +116,7 @@ func TestOpenAISizeAndTemplate(t *testing.T) {
 	g, _ := newTestOpenAI(t, f, func(s *Spec) {
 		s.APIKeyEnv = ""
 		s.Size = "256x256"
+		s.Sizes = []string{SizeAny}
 		s.PromptTemplate = "{{.Prompt}}, frame {{.Frame}} of {{.Collection}}, take {{.Candidate}}, seed {{.Seed}}{{with .Params.style}}, in {{.}} style{{end}}"
 	})
 	job := baseJob()
@@ -252,7 +253,7 @@ func TestOpenAIBadAnswers(t *testing.T) {
 	f := providertest.NewOpenAI("")
 	defer f.Server.Close()
 	// A size the provider refuses: its own message, permanent.
-	g, _ := newTestOpenAI(t, f, func(s *Spec) { s.APIKeyEnv = ""; s.Size = "huge" })
+	g, _ := newTestOpenAI(t, f, func(s *Spec) { s.APIKeyEnv = ""; s.Size = "huge"; s.Sizes = []string{SizeAny} })
 	job := baseJob()
 	job.Params = nil
 	_, err := run(t, g, job)

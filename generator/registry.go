@@ -75,6 +75,15 @@ type Spec struct {
 	OutputNode string `json:"output_node,omitzero"`
 	// PollInterval is how often Wait asks ComfyUI for the prompt's history.
 	PollInterval Duration `json:"poll_interval,omitzero"`
+
+	// Sizes are the sizes ("WxH") the generator takes, checked when a
+	// batch is planned: ["any"] for a server that takes any size; empty:
+	// the known model's sizes (openai), any (comfyui).
+	Sizes []string `json:"sizes,omitzero"`
+	// SizeMismatch is what to do with an image of another size than
+	// asked: "warn" (kept, noted in the task's history; the default) or
+	// "refuse" (thrown away, the task failed).
+	SizeMismatch string `json:"size_mismatch,omitzero"`
 }
 
 // members lists the members a spec sets besides id and kind, by name.
@@ -95,14 +104,16 @@ func (s Spec) members() []string {
 	add("inputs", s.Inputs != nil)
 	add("output_node", s.OutputNode != "")
 	add("poll_interval", s.PollInterval != 0)
+	add("sizes", s.Sizes != nil)
+	add("size_mismatch", s.SizeMismatch != "")
 	return out
 }
 
 // kindMembers are the members each kind allows besides id and kind.
 var kindMembers = map[string][]string{
 	KindEmbedded: nil,
-	KindOpenAI:   {"base_url", "api_key_env", "prompt_template", "timeout", "model", "size"},
-	KindComfyUI:  {"base_url", "api_key_env", "prompt_template", "timeout", "workflow", "inputs", "output_node", "poll_interval"},
+	KindOpenAI:   {"base_url", "api_key_env", "prompt_template", "timeout", "model", "size", "sizes", "size_mismatch"},
+	KindComfyUI:  {"base_url", "api_key_env", "prompt_template", "timeout", "workflow", "inputs", "output_node", "poll_interval", "sizes", "size_mismatch"},
 }
 
 // CallObserver hears of every call a remote generator makes to its
@@ -159,6 +170,9 @@ func NewWith(o Options, s Spec) (Generator, error) {
 		if !slices.Contains(allowed, m) {
 			return nil, fmt.Errorf("generator %q: %s is not a member of kind %q", s.ID, m, s.Kind)
 		}
+	}
+	if err := checkSizes(s); err != nil {
+		return nil, err
 	}
 	switch s.Kind {
 	case KindOpenAI:

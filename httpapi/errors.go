@@ -7,32 +7,33 @@ import (
 	"net/http"
 	"strconv"
 
+	"studio/apperr"
 	"studio/blob"
 	"studio/intent"
 	"studio/store"
 )
 
-// assetStoreRetryAfter is the Retry-After, in seconds, of a 503 for an
-// asset store that is down.
+// assetStoreRetryAfter is the Retry-After, in seconds, of a 503 for
+// asset bytes that fail their check.
 const assetStoreRetryAfter = 5
 
 // statusOf is the one map from domain error code to HTTP status. Handlers
 // never choose an error status themselves: they return a domain error and
 // Error writes it.
 var statusOf = map[string]int{
-	intent.EInvalid:          http.StatusBadRequest,
-	intent.EUnauthorized:     http.StatusUnauthorized,
-	intent.ENotFound:         http.StatusNotFound,
-	intent.EConflict:         http.StatusConflict,
-	intent.ETimeout:          http.StatusRequestTimeout,
-	intent.ETooLarge:         http.StatusRequestEntityTooLarge,
-	intent.EUnsupportedMedia: http.StatusUnsupportedMediaType,
-	intent.EUnprocessable:    http.StatusUnprocessableEntity,
-	intent.EGone:             http.StatusGone,
-	intent.ELocked:           http.StatusLocked,
-	intent.ETooMany:          http.StatusTooManyRequests,
-	intent.EUnavailable:      http.StatusServiceUnavailable,
-	intent.EInternal:         http.StatusInternalServerError,
+	apperr.EInvalid:          http.StatusBadRequest,
+	apperr.EUnauthorized:     http.StatusUnauthorized,
+	apperr.ENotFound:         http.StatusNotFound,
+	apperr.EConflict:         http.StatusConflict,
+	apperr.ETimeout:          http.StatusRequestTimeout,
+	apperr.ETooLarge:         http.StatusRequestEntityTooLarge,
+	apperr.EUnsupportedMedia: http.StatusUnsupportedMediaType,
+	apperr.EUnprocessable:    http.StatusUnprocessableEntity,
+	apperr.EGone:             http.StatusGone,
+	apperr.ELocked:           http.StatusLocked,
+	apperr.ETooMany:          http.StatusTooManyRequests,
+	apperr.EUnavailable:      http.StatusServiceUnavailable,
+	apperr.EInternal:         http.StatusInternalServerError,
 }
 
 // Problem is an RFC 9457 problem document, the body of every error answer.
@@ -62,12 +63,7 @@ func (s *Server) Error(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if intent.ErrorCode(err) == intent.EInternal {
 		switch {
-		case errors.Is(err, blob.ErrUnavailable):
-			// The object store is down or refusing: a fault to wait out.
-			s.log.LogAttrs(r.Context(), slog.LevelWarn, "asset store unavailable",
-				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-			w.Header().Set("Retry-After", strconv.Itoa(assetStoreRetryAfter))
-			err = intent.Errorf(intent.EUnavailable, "The asset store is unavailable; retry later.")
+		// (An asset store that is down is a fault, answered above.)
 		case errors.Is(err, blob.ErrCorrupt):
 			// Stored bytes that fail their SHA-256 (a disk fault, an object
 			// replaced behind studio's back) are refused, never served; an

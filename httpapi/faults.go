@@ -28,8 +28,9 @@ var faultAnswers = map[store.FaultKind]faultAnswer{
 	store.FaultUnreachable: {status: http.StatusServiceUnavailable, retryAfter: 5 * time.Second, detail: "The database is unreachable."},
 	store.FaultFull: {status: http.StatusServiceUnavailable, writeStatus: http.StatusInsufficientStorage,
 		retryAfter: 60 * time.Second, detail: "The data volume is full."},
-	store.FaultReadOnly: {status: http.StatusServiceUnavailable, retryAfter: 30 * time.Second, detail: "The database is read-only."},
-	store.FaultIO:       {status: http.StatusServiceUnavailable, retryAfter: 10 * time.Second, detail: "The database could not read or write its files."},
+	store.FaultReadOnly:   {status: http.StatusServiceUnavailable, retryAfter: 30 * time.Second, detail: "The database is read-only."},
+	store.FaultIO:         {status: http.StatusServiceUnavailable, retryAfter: 10 * time.Second, detail: "The database could not read or write its files."},
+	store.FaultAssetStore: {status: http.StatusServiceUnavailable, retryAfter: 5 * time.Second, detail: "The asset store is unavailable."},
 }
 
 // unknownOutcome ends the detail of a fault after which a write may have
@@ -53,7 +54,11 @@ func (s *Server) writeFault(w http.ResponseWriter, r *http.Request, f *store.Fau
 	if writes && f.MaybeCommitted {
 		detail += unknownOutcome
 	}
-	s.outage.Fault(f)
+	if f.Kind == store.FaultAssetStore {
+		s.assetOutage.Fault(f)
+	} else {
+		s.outage.Fault(f)
+	}
 	if rec, ok := r.Context().Value(recordKey).(*RequestRecord); ok {
 		rec.Fault = string(f.Kind)
 	}

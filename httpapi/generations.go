@@ -193,7 +193,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 // requestIDOf resolves the request id from the body and the
 // Idempotency-Key header (one of them, or both when they agree).
 func requestIDOf(r *http.Request, bodyID string, bodySet bool) (string, error) {
-	vals := r.Header.Values("Idempotency-Key")
+	vals := r.Header.Values(idempotencyKeyHeader)
 	var headerID string
 	if len(vals) > 1 {
 		return "", &intent.Error{Code: intent.EInvalid, Message: "The request ID is not valid.",
@@ -201,7 +201,7 @@ func requestIDOf(r *http.Request, bodyID string, bodySet bool) (string, error) {
 	}
 	if len(vals) == 1 {
 		var err error
-		if headerID, err = intent.ParseIdempotencyKey(vals[0]); err != nil {
+		if headerID, err = parseIdempotencyKey(vals[0]); err != nil {
 			return "", err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-json-experiment/json"
 
+	"studio/apperr"
 	"studio/intent"
 	"studio/lockservice"
 )
@@ -286,17 +287,17 @@ func lockError(err error) error {
 		return &intent.Error{Code: intent.EInvalid, Message: "The request is invalid.",
 			Fields: []intent.FieldError{{Field: ie.Field, Message: ie.Message}}}
 	case errors.As(err, &ee):
-		return intent.Errorf(intent.EGone, "The lease is %s: %s.", ee.State, ee.Reason)
+		return apperr.Errorf(apperr.EGone, "The lease is %s: %s.", ee.State, ee.Reason)
 	case errors.Is(err, lockservice.ErrNotFound):
 		return intent.Errorf(intent.ENotFound, "No lease with this id.")
 	case errors.Is(err, lockservice.ErrBusy):
-		return intent.Errorf(intent.ELocked, "The key is held; it was not free within wait_ms.")
+		return apperr.Errorf(apperr.ELocked, "The key is held; it was not free within wait_ms.")
 	case errors.Is(err, lockservice.ErrConflict):
 		return intent.Errorf(intent.EConflict, "%s", intent.ConflictMessage)
 	case errors.Is(err, lockservice.ErrLimitConflict):
 		return intent.Errorf(intent.EConflict, "The semaphore key is held under another limit; use one limit per key.")
 	case errors.Is(err, lockservice.ErrTooMany):
-		return intent.Errorf(intent.ETooMany, "This actor holds or waits for as many leases as the server allows; release some first.")
+		return apperr.Errorf(apperr.ETooMany, "This actor holds or waits for as many leases as the server allows; release some first.")
 	case errors.Is(err, lockservice.ErrClosed):
 		return intent.Errorf(intent.EUnavailable, "The lock service is shutting down.")
 	}

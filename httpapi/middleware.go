@@ -89,6 +89,9 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 				s.outage.OK()
 			}
 		}
+		if rec.Status < 500 && rec.Fault == "" && usesAssetStore(r) {
+			s.assetOutage.OK()
+		}
 		if s.observe != nil {
 			s.observe(*rec)
 		}
@@ -206,4 +209,11 @@ func (w *statusWriter) status() int {
 // its success ends an outage): the API's routes and the readiness check.
 func usesDatabase(path string) bool {
 	return strings.HasPrefix(path, "/v1/") || path == "/readyz"
+}
+
+// usesAssetStore says whether a request reads or writes asset bytes (its
+// success ends an outage of the asset store): asset content and uploads.
+func usesAssetStore(r *http.Request) bool {
+	return (r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/assets/") && strings.HasSuffix(r.URL.Path, "/content")) ||
+		(r.Method == http.MethodPost && r.URL.Path == "/v1/uploads")
 }

@@ -200,6 +200,9 @@ type Server struct {
 	// outage logs a run of dependency faults once when it begins and once
 	// when it ends.
 	outage *store.Outage
+	// assetOutage is the same for the asset store (an object store): its
+	// faults and successes are its own, not the database's.
+	assetOutage *store.Outage
 	// dataDir is the directory whose volume /readyz checks for free space.
 	dataDir string
 
@@ -250,25 +253,26 @@ func New(cfg Config) (*Server, error) {
 		cfg.Events.Heartbeat = DefaultEventHeartbeat
 	}
 	s := &Server{
-		gens:       cfg.Generations,
-		store:      cfg.Store,
-		blobs:      cfg.Blobs,
-		presign:    cfg.Presign,
-		presignTTL: cfg.PresignTTL,
-		uploads:    cfg.Uploads,
-		uploadDir:  cfg.UploadDir,
-		pubs:       cfg.Publications,
-		locks:      cfg.Locks,
-		log:        cfg.Logger,
-		limits:     cfg.Limits,
-		metrics:    cfg.Metrics,
-		observe:    cfg.Observe,
-		catalogs:   cfg.Catalogs,
-		health:     cfg.GeneratorHealth,
-		ui:         cfg.UI,
-		bodies:     memo.New[bodyKey, seenBody](seenBodies),
-		outage:     store.NewOutage(cfg.Logger, "api"),
-		dataDir:    cfg.DataDir,
+		gens:        cfg.Generations,
+		store:       cfg.Store,
+		blobs:       cfg.Blobs,
+		presign:     cfg.Presign,
+		presignTTL:  cfg.PresignTTL,
+		uploads:     cfg.Uploads,
+		uploadDir:   cfg.UploadDir,
+		pubs:        cfg.Publications,
+		locks:       cfg.Locks,
+		log:         cfg.Logger,
+		limits:      cfg.Limits,
+		metrics:     cfg.Metrics,
+		observe:     cfg.Observe,
+		catalogs:    cfg.Catalogs,
+		health:      cfg.GeneratorHealth,
+		ui:          cfg.UI,
+		bodies:      memo.New[bodyKey, seenBody](seenBodies),
+		outage:      store.NewOutage(cfg.Logger, "api"),
+		assetOutage: store.NewOutage(cfg.Logger, "api"),
+		dataDir:     cfg.DataDir,
 
 		events:      cfg.Events,
 		streamsDone: make(chan struct{}),

@@ -30,7 +30,7 @@ func (s *Server) createUpload(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, intent.Errorf(intent.ETooLarge, "The body is over its limit of %d bytes.", limit))
 		return
 	}
-	spool, err := intent.SpoolBody(&uploadBody{r: http.MaxBytesReader(w, r.Body, limit), limit: limit}, s.uploadDir, limit)
+	spool, err := spoolBody(&uploadBody{r: http.MaxBytesReader(w, r.Body, limit), limit: limit}, s.uploadDir, limit)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -46,7 +46,7 @@ func (s *Server) createUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	actor, _ := ActorFrom(r.Context())
 	res, err := s.uploads.Upload(r.Context(), intent.UploadRequest{
-		Actor: actor, ClientKey: key, ContentType: r.Header.Get("Content-Type"), Body: spool,
+		Actor: actor, ClientKey: key, ContentType: r.Header.Get("Content-Type"), Body: spool.Body(),
 	})
 	if err != nil {
 		s.Error(w, r, err)
@@ -64,15 +64,15 @@ func (s *Server) createUpload(w http.ResponseWriter, r *http.Request) {
 // clientKeyOf reads the optional Idempotency-Key of an upload, parsed as a
 // generation's: quoted or bare, at most once.
 func clientKeyOf(r *http.Request) (string, error) {
-	vals := r.Header.Values(intent.IdempotencyKeyHeader)
+	vals := r.Header.Values(idempotencyKeyHeader)
 	switch len(vals) {
 	case 0:
 		return "", nil
 	case 1:
-		return intent.ParseIdempotencyKey(vals[0])
+		return parseIdempotencyKey(vals[0])
 	}
 	return "", &intent.Error{Code: intent.EInvalid, Message: "The request ID is not valid.",
-		Fields: []intent.FieldError{{Field: intent.IdempotencyKeyHeader, Message: "must appear at most once"}}}
+		Fields: []intent.FieldError{{Field: idempotencyKeyHeader, Message: "must appear at most once"}}}
 }
 
 // uploadBody turns the body's read errors into domain errors: past the

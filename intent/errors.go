@@ -1,89 +1,43 @@
 package intent
 
-import (
-	"errors"
-	"fmt"
-)
+import "studio/apperr"
 
-// Error codes. Each maps to exactly one HTTP status in httpapi; the domain
+// Error codes of the domain, from apperr (which has them all, the lock
+// API's too). Each maps to exactly one HTTP status in httpapi; the domain
 // never speaks HTTP itself.
 const (
-	EInvalid          = "invalid"           // 400: the request breaks the input rules
-	EUnauthorized     = "unauthorized"      // 401: no valid bearer token
-	ENotFound         = "not_found"         // 404: no such record for this actor
-	EConflict         = "conflict"          // 409: the id is bound to other input
-	ETimeout          = "timeout"           // 408: the body did not arrive in time
-	ETooLarge         = "too_large"         // 413: the body is over its limit
-	EUnsupportedMedia = "unsupported_media" // 415: the body is not of an accepted type
-	EUnprocessable    = "unprocessable"     // 422: well-formed, but the plan refuses it
-	EGone             = "gone"              // 410: a lease that existed has ended
-	ELocked           = "locked"            // 423: a lock key was not free in time
-	ETooMany          = "too_many"          // 429: the caller holds too much already
-	EUnavailable      = "unavailable"       // 503: shutting down or a dependency is down
-	EInternal         = "internal"          // 500: a bug or an unexpected failure
+	EInvalid          = apperr.EInvalid          // 400: the request breaks the input rules
+	EUnauthorized     = apperr.EUnauthorized     // 401: no valid bearer token
+	ENotFound         = apperr.ENotFound         // 404: no such record for this actor
+	EConflict         = apperr.EConflict         // 409: the id is bound to other input
+	ETimeout          = apperr.ETimeout          // 408: the body did not arrive in time
+	ETooLarge         = apperr.ETooLarge         // 413: the body is over its limit
+	EUnsupportedMedia = apperr.EUnsupportedMedia // 415: the body is not of an accepted type
+	EUnprocessable    = apperr.EUnprocessable    // 422: well-formed, but the plan refuses it
+	EUnavailable      = apperr.EUnavailable      // 503: shutting down or a dependency is down
+	EInternal         = apperr.EInternal         // 500: a bug or an unexpected failure
 )
 
 // ConflictMessage is the exact detail of every request-id conflict.
 const ConflictMessage = "The request ID already belongs to different input."
 
-// FieldError names one field of the input and what is wrong with it.
-type FieldError struct {
-	Field   string `json:"field"`
-	Message string `json:"message"`
-}
+// Error is the domain error (apperr.Error).
+type Error = apperr.Error
 
-// Error is the domain error: a code for machines, a message for people and,
-// for validation, the fields at fault.
-type Error struct {
-	Code    string
-	Message string
-	Fields  []FieldError
-}
-
-// Error implements the error interface.
-func (e *Error) Error() string {
-	if len(e.Fields) == 0 {
-		return fmt.Sprintf("%s: %s", e.Code, e.Message)
-	}
-	return fmt.Sprintf("%s: %s (%s: %s)", e.Code, e.Message, e.Fields[0].Field, e.Fields[0].Message)
-}
+// FieldError names one field of the input and what is wrong with it
+// (apperr.FieldError).
+type FieldError = apperr.FieldError
 
 // Errorf returns an *Error with the code and a formatted message.
-func Errorf(code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
+func Errorf(code, format string, args ...any) *Error { return apperr.Errorf(code, format, args...) }
 
 // ErrorCode returns the code of the first *Error in err's chain, EInternal for
 // any other non-nil error, and "" for nil.
-func ErrorCode(err error) string {
-	if err == nil {
-		return ""
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return EInternal
-}
+func ErrorCode(err error) string { return apperr.Code(err) }
 
 // ErrorMessage returns the message of the first *Error in err's chain, or a
 // generic text for other errors (their details are for the logs only).
-func ErrorMessage(err error) string {
-	if err == nil {
-		return ""
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Message
-	}
-	return "Internal error."
-}
+func ErrorMessage(err error) string { return apperr.Message(err) }
 
 // ErrorFields returns the field errors of the first *Error in err's chain.
-func ErrorFields(err error) []FieldError {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Fields
-	}
-	return nil
-}
+func ErrorFields(err error) []FieldError { return apperr.Fields(err) }

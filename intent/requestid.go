@@ -1,17 +1,12 @@
 package intent
 
 import (
-	"strings"
 	"unicode"
 	"unicode/utf8"
 )
 
 // MaxRequestIDLen is the most Unicode code points a request id may have.
 const MaxRequestIDLen = 100
-
-// IdempotencyKeyHeader is the HTTP header that may carry the request id
-// instead of the body's request_id.
-const IdempotencyKeyHeader = "Idempotency-Key"
 
 // invalidField returns the 400 error for one field.
 func invalidField(field, message string) *Error {
@@ -49,71 +44,9 @@ func ValidateRequestID(id string) error {
 	return nil
 }
 
-// ParseIdempotencyKey reads the value of the Idempotency-Key header: either a
-// quoted string (a structured-field sf-string: printable ASCII between double
-// quotes, with \" and \\ as its only escapes) or the bare id. Surrounding
-// spaces and tabs are ignored. Headers are ASCII, so a value with any other
-// byte is refused (such an id goes in the body). The id is then checked with
-// ValidateRequestID. Errors are *Error with code EInvalid naming the field
-// "Idempotency-Key".
-func ParseIdempotencyKey(v string) (string, error) {
-	v = strings.Trim(v, " \t")
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < 0x20 || c > 0x7e {
-			if c >= 0x80 {
-				return "", invalidField(IdempotencyKeyHeader, "must be ASCII; send other request ids as request_id in the body")
-			}
-			return "", invalidField(IdempotencyKeyHeader, "must not contain control characters")
-		}
-	}
-	id := v
-	if strings.HasPrefix(v, `"`) {
-		var ok bool
-		if id, ok = unquoteSFString(v); !ok {
-			return "", invalidField(IdempotencyKeyHeader, `must be a quoted string ("...", with \" and \\ as its only escapes) or a bare id`)
-		}
-	}
-	if p := requestIDProblem(id); p != "" {
-		return "", invalidField(IdempotencyKeyHeader, p)
-	}
-	return id, nil
-}
-
-// unquoteSFString decodes a structured-field string: the whole of v must be
-// one DQUOTE-delimited string of printable ASCII whose only escapes are \"
-// and \\.
-func unquoteSFString(v string) (string, bool) {
-	if len(v) < 2 || v[0] != '"' {
-		return "", false
-	}
-	var b strings.Builder
-	for i := 1; i < len(v); i++ {
-		switch c := v[i]; c {
-		case '\\':
-			i++
-			if i >= len(v) || (v[i] != '"' && v[i] != '\\') {
-				return "", false
-			}
-			b.WriteByte(v[i])
-		case '"':
-			if i != len(v)-1 {
-				return "", false // something after the closing quote
-			}
-			return b.String(), true
-		default:
-			if c < 0x20 || c > 0x7e {
-				return "", false
-			}
-			b.WriteByte(c)
-		}
-	}
-	return "", false // no closing quote
-}
-
 // ResolveRequestID picks the request id of a request from the body's
 // request_id (bodySet: the body has one) and the Idempotency-Key header
-// (headerSet: the header is present; headerID already parsed with
-// ParseIdempotencyKey). Either may be given alone; both must then agree. With
+// (headerSet: the header is present; headerID already parsed). Either may be given alone; both must then agree. With
 // neither, or with two different ids, the error is an *Error with code
 // EInvalid naming "request_id".
 func ResolveRequestID(bodyID string, bodySet bool, headerID string, headerSet bool) (string, error) {

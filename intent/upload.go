@@ -3,8 +3,6 @@ package intent
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"image"
@@ -12,7 +10,6 @@ import (
 	"image/png"
 	"io"
 	"mime"
-	"os"
 	"time"
 
 	"golang.org/x/image/webp"
@@ -101,7 +98,19 @@ type UploadRequest struct {
 	Actor       string
 	ClientKey   string
 	ContentType string
-	Body        *Spool
+	Body        UploadBody
+}
+
+// UploadBody is an upload's bytes as the caller read them (httpapi spools
+// them to a file while hashing): their hash and length, and a way to read
+// them again from the start, as often as needed.
+type UploadBody struct {
+	// SHA256 is the lowercase hex SHA-256 of the bytes.
+	SHA256 string
+	// Size is their length.
+	Size int64
+	// Open returns a new reader of the bytes, from the start.
+	Open func() io.ReadSeeker
 }
 
 // UploadResult is the answer to an upload.
@@ -116,14 +125,14 @@ type UploadResult struct {
 // otherwise) and stores them.
 func (u *Uploads) Upload(ctx context.Context, req UploadRequest) (res UploadResult, err error) {
 	defer func() { observeOutcome(u.Observe, OpUpload, res.Replayed, err) }()
-	if req.Body == nil {
+	if req.Body.Open == nil {
 		return res, errors.New("upload: no body")
 	}
 	maxPixels := u.MaxPixels
 	if maxPixels <= 0 {
 		maxPixels = DefaultMaxUploadPixels
 	}
-	img, err := CheckImage(ctx, req.ContentType, req.Body.Reader(), maxPixels)
+	img, err := CheckImage(ctx, req.ContentType, req.Body.Open(), maxPixels)
 	if err != nil {
 		return res, err
 	}
@@ -166,7 +175,7 @@ func (u *Uploads) Upload(ctx context.Context, req UploadRequest) (res UploadResu
 
 // store writes the bytes, then the row.
 func (u *Uploads) store(ctx context.Context, req UploadRequest, img ImageInfo) (Asset, bool, error) {
-	sha, size, err := u.Blobs.Put(ctx, req.Body.Reader())
+	sha, size, err := u.Blobs.Put(ctx, req.Body.Open())
 	if err != nil {
 		return Asset{}, false, fmt.Errorf("store upload bytes: %w", err)
 	}
@@ -301,79 +310,4 @@ func SniffImage(head []byte) string {
 		return TypeWebP
 	}
 	return ""
-}
-
-// Spool is an upload body read to a temporary file while being hashed, so
-// that the size limit is enforced while reading and the bytes can be read
-// again (to check them, then to store them) without holding them in memory.
-type Spool struct {
-	// SHA256 is the lowercase hex SHA-256 of the bytes.
-	SHA256 string
-	// Size is their length.
-	Size int64
-	f    *os.File
-}
-
-// SpoolBody copies r into a new temporary file in dir (os.TempDir() when
-// empty) while hashing it. More than limit bytes is ETooLarge, found as
-// soon as the reading passes the limit. Read errors that are already an
-// *Error keep their code; others are EInvalid (the body could not be read).
-// The caller closes the spool, which removes the file.
-func SpoolBody(r io.Reader, dir string, limit int64) (*Spool, error) {
-	f, err := os.CreateTemp(dir, "upload-*")
-	if err != nil {
-		return nil, fmt.Errorf("spool upload: %w", err)
-	}
-	s := &Spool{f: f}
-	h := sha256.New()
-	src := &readErrs{r: io.LimitReader(r, limit+1)}
-	n, err := io.Copy(io.MultiWriter(f, h), src)
-	switch {
-	case err != nil && src.err != nil:
-		s.Close()
-		var e *Error
-		if errors.As(src.err, &e) {
-			return nil, src.err
-		}
-		return nil, Errorf(EInvalid, "The body could not be read.")
-	case err != nil:
-		s.Close()
-		return nil, fmt.Errorf("spool upload: %w", err)
-	case n > limit:
-		s.Close()
-		return nil, Errorf(ETooLarge, "The body is over its limit of %d bytes.", limit)
-	}
-	s.SHA256, s.Size = hex.EncodeToString(h.Sum(nil)), n
-	return s, nil
-}
-
-// readErrs remembers the error of its reader, to tell a body that could
-// not be read from a file that could not be written.
-type readErrs struct {
-	r   io.Reader
-	err error
-}
-
-func (r *readErrs) Read(p []byte) (int, error) {
-	n, err := r.r.Read(p)
-	if err != nil && err != io.EOF {
-		r.err = err
-	}
-	return n, err
-}
-
-// Reader returns a new reader of the spooled bytes, from the start.
-func (s *Spool) Reader() io.ReadSeeker { return io.NewSectionReader(s.f, 0, s.Size) }
-
-// Close removes the temporary file.
-func (s *Spool) Close() error {
-	if s.f == nil {
-		return nil
-	}
-	err := s.f.Close()
-	if rerr := os.Remove(s.f.Name()); err == nil {
-		err = rerr
-	}
-	s.f = nil
-	return err
 }

@@ -3,13 +3,14 @@ package intent_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"image"
 	"image/color"
 	"image/jpeg"
 	"image/png"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -95,84 +96,6 @@ func TestInspectImage(t *testing.T) {
 	}
 }
 
-// failingReader fails after n bytes.
-type failingReader struct {
-	n   int
-	err error
-}
-
-func (r *failingReader) Read(p []byte) (int, error) {
-	if r.n == 0 {
-		return 0, r.err
-	}
-	k := min(len(p), r.n)
-	for i := range p[:k] {
-		p[i] = 'x'
-	}
-	r.n -= k
-	return k, nil
-}
-
-func TestSpoolBody(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	data := pngBytes(t, 8, 8, 3)
-	s, err := intent.SpoolBody(bytes.NewReader(data), dir, int64(len(data)))
-	if err != nil {
-		t.Fatalf("a body of exactly the limit: %v", err)
-	}
-	back, err := io.ReadAll(s.Reader())
-	if err != nil || !bytes.Equal(back, data) || s.Size != int64(len(data)) || len(s.SHA256) != 64 {
-		t.Fatalf("spool read back %d bytes (%v), size %d sha %q", len(back), err, s.Size, s.SHA256)
-	}
-	// Two readers at once each read the whole.
-	r1, r2 := s.Reader(), s.Reader()
-	a, _ := io.ReadAll(r1)
-	b, _ := io.ReadAll(r2)
-	if !bytes.Equal(a, data) || !bytes.Equal(b, data) {
-		t.Fatal("readers share a position")
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("a second Close: %v", err)
-	}
-
-	// One byte over: refused while reading, after limit+1 bytes, and the
-	// file is gone.
-	src := &countingReader{r: bytes.NewReader(make([]byte, 10<<20))}
-	_, err = intent.SpoolBody(src, dir, 1000)
-	if intent.ErrorCode(err) != intent.ETooLarge {
-		t.Fatalf("over the limit: %v", err)
-	}
-	if src.n > 1001+32<<10 {
-		t.Fatalf("read %d bytes of a body refused at 1000", src.n)
-	}
-	if _, err := intent.SpoolBody(&failingReader{n: 10, err: errors.New("connection reset")}, dir, 1000); intent.ErrorCode(err) != intent.EInvalid {
-		t.Fatalf("a body that breaks off: %v", err)
-	}
-	tooLarge := intent.Errorf(intent.ETooLarge, "over")
-	if _, err := intent.SpoolBody(&failingReader{n: 10, err: tooLarge}, dir, 1000); intent.ErrorCode(err) != intent.ETooLarge {
-		t.Fatalf("a reader's own domain error: %v", err)
-	}
-	left, err := os.ReadDir(dir)
-	if err != nil || len(left) != 0 {
-		t.Fatalf("spool files left behind: %v %v", left, err)
-	}
-}
-
-type countingReader struct {
-	r io.Reader
-	n int
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += n
-	return n, err
-}
-
 // blobWriter adapts the blob store to the Uploads port, and counts puts.
 type blobWriter struct {
 	fs   *blob.FS
@@ -193,7 +116,6 @@ type uploadRig struct {
 	store *sqlite.Store
 	blobs *blobWriter
 	up    *intent.Uploads
-	dir   string
 }
 
 func newUploadRig(t *testing.T) *uploadRig {
@@ -207,18 +129,13 @@ func newUploadRig(t *testing.T) *uploadRig {
 	e := locks.New(locks.NewMemoryStore())
 	t.Cleanup(func() { e.Close() })
 	bw := &blobWriter{fs: fs}
-	return &uploadRig{store: st, blobs: bw, dir: dir,
+	return &uploadRig{store: st, blobs: bw,
 		up: &intent.Uploads{Store: st, Blobs: bw, Locker: locks.Keyed{E: e}}}
 }
 
 func (r *uploadRig) upload(t *testing.T, actor, key, contentType string, data []byte) (intent.UploadResult, error) {
 	t.Helper()
-	sp, err := intent.SpoolBody(bytes.NewReader(data), t.TempDir(), intent.MaxUploadBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
-	return r.up.Upload(context.Background(), intent.UploadRequest{Actor: actor, ClientKey: key, ContentType: contentType, Body: sp})
+	return r.up.Upload(context.Background(), intent.UploadRequest{Actor: actor, ClientKey: key, ContentType: contentType, Body: bodyOf(data)})
 }
 
 func (r *uploadRig) countAssets(t *testing.T) int {
@@ -295,14 +212,8 @@ func TestUploadConcurrentOneKey(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sp, err := intent.SpoolBody(bytes.NewReader(data), r.dir, intent.MaxUploadBytes)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer sp.Close()
 			<-start
-			res, err := r.up.Upload(context.Background(), intent.UploadRequest{Actor: "alice", ClientKey: "one", ContentType: "image/png", Body: sp})
+			res, err := r.up.Upload(context.Background(), intent.UploadRequest{Actor: "alice", ClientKey: "one", ContentType: "image/png", Body: bodyOf(data)})
 			if err != nil {
 				t.Error(err)
 				return
@@ -404,4 +315,11 @@ func TestUploadCrashBetweenFileAndRow(t *testing.T) {
 	if cs2.createCalled != 0 || r2.countAssets(t) != 0 {
 		t.Fatalf("a row was written without its bytes (%d calls)", cs2.createCalled)
 	}
+}
+
+// bodyOf is data as an upload takes it.
+func bodyOf(data []byte) intent.UploadBody {
+	sum := sha256.Sum256(data)
+	return intent.UploadBody{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data)),
+		Open: func() io.ReadSeeker { return bytes.NewReader(data) }}
 }

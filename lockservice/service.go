@@ -158,6 +158,9 @@ type Config struct {
 	Engine *locks.Engine
 	// Retain is how long ended leases are remembered; DefaultRetain when 0.
 	Retain time.Duration
+	// Now is the clock Retain is counted by; time.Now when nil. (Leases'
+	// TTLs run on the real clock: the engine's store keeps them.)
+	Now func() time.Time
 	// MaxPerActor bounds the leases one actor holds or waits for at once;
 	// DefaultMaxPerActor when 0.
 	MaxPerActor int
@@ -216,6 +219,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.MaxPerActor <= 0 {
 		cfg.MaxPerActor = DefaultMaxPerActor
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	base, cancel := context.WithCancel(context.Background())
 	return &Service{
@@ -307,7 +313,7 @@ func (s *Service) Acquire(ctx context.Context, actor, requestID string, r Reques
 		s.mu.Unlock()
 		return Lease{}, false, ErrClosed
 	}
-	s.forget(time.Now())
+	s.forget(s.cfg.Now())
 	rk := requestKey{actor, requestID}
 	x := s.byRequest[rk]
 	joined := x != nil
@@ -465,7 +471,7 @@ func (s *Service) endLocked(x *lease, state, reason string) {
 	if x.state != StateHeld {
 		return
 	}
-	x.state, x.reason, x.endedAt = state, reason, time.Now()
+	x.state, x.reason, x.endedAt = state, reason, s.cfg.Now()
 	s.held--
 	s.ended = append(s.ended, x)
 	if s.cfg.Observe != nil {
@@ -506,7 +512,7 @@ func (s *Service) find(actor, id string) (*lease, error) {
 func (s *Service) Renew(ctx context.Context, actor, id string) (Lease, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.forget(time.Now())
+	s.forget(s.cfg.Now())
 	x, err := s.find(actor, id)
 	if err != nil {
 		return Lease{}, err

@@ -233,10 +233,13 @@ func TestCloseEndsEverything(t *testing.T) {
 // forgotten: its renewals answer ErrNotFound and its request id is free.
 func TestForgetAfterRetain(t *testing.T) {
 	t.Parallel()
-	// Retain is long enough that the retry right after the release comes
-	// within it on a loaded machine.
+	// Retain is counted by a clock the test moves: the retry right after
+	// the release comes within it, the next calls after it.
 	const retain = 500 * time.Millisecond
-	svc := newService(t, lockservice.Config{Retain: retain}, nil)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	svc := newService(t, lockservice.Config{Retain: retain, Now: clock}, nil)
 	ctx := context.Background()
 	l, _, err := svc.Acquire(ctx, "alice", "r1", req("k", time.Second, 0))
 	if err != nil {
@@ -249,7 +252,9 @@ func TestForgetAfterRetain(t *testing.T) {
 	if _, _, err := svc.Acquire(ctx, "alice", "r1", req("k", time.Second, 0)); !errors.As(err, &ee) {
 		t.Fatalf("retry right after release: %v, want ended", err)
 	}
-	time.Sleep(retain + 50*time.Millisecond)
+	mu.Lock()
+	now = now.Add(retain + time.Millisecond)
+	mu.Unlock()
 	if _, err := svc.Renew(ctx, "alice", l.ID); !errors.Is(err, lockservice.ErrNotFound) {
 		t.Fatalf("renew of a forgotten lease: %v", err)
 	}

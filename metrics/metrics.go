@@ -121,7 +121,7 @@ func New() *Metrics {
 			"Time a lock was held, by lock.", "lock"),
 		faults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "database_faults_total",
-			Help: "Requests answered 503 or 507 for a fault of the database or its volume, by kind: " + strings.Join(FaultKinds, ", ") + ".",
+			Help: "Requests answered 503 or 507 for a fault of the database or its volume (or, kind asset_store, of the object store holding asset bytes), by kind: " + strings.Join(FaultKinds, ", ") + ".",
 		}, []string{"kind"}),
 	}
 	m.reg.MustRegister(
@@ -212,7 +212,7 @@ func (m *Metrics) Attempt(outcome string) {
 
 // FaultKinds are the kind label values of studio_database_faults_total
 // (store.FaultKinds; this package imports no store).
-var FaultKinds = []string{"busy", "unreachable", "full", "read_only", "io"}
+var FaultKinds = []string{"busy", "unreachable", "full", "read_only", "io", "asset_store"}
 
 // Fault counts one request answered for a fault of the database of kind
 // (one of FaultKinds; any other counts as "io").

@@ -46,6 +46,11 @@ type GeneratorInfo struct {
 	// MaxConcurrency caps how many tasks of this generator run at once
 	// across the workers sharing the catalog; 0 means no cap.
 	MaxConcurrency int `json:"max_concurrency,omitzero"`
+	// Sizes are the sizes ("WxH") the generator takes, nil for any;
+	// DefaultSize is the one a task asks for without params.width and
+	// params.height ("" for the generator's own).
+	Sizes       []string `json:"sizes,omitzero"`
+	DefaultSize string   `json:"default_size,omitzero"`
 }
 
 // Subject is one subject of a catalog: public, or visible to the listed
@@ -157,7 +162,7 @@ func parseCatalog(data []byte, dir string) (*Static, error) {
 		}
 		ids[g.ID] = true
 		c.specs = append(c.specs, g.Spec)
-		info := GeneratorInfo{ID: g.ID, Kind: g.Kind}
+		info := GeneratorInfo{ID: g.ID, Kind: g.Kind, Sizes: g.Spec.AllowedSizes(), DefaultSize: g.Spec.DefaultSize()}
 		if g.MaxConcurrency != nil {
 			if *g.MaxConcurrency < 1 {
 				bad("%s: max_concurrency must be at least 1 (omit it for no cap)", at)

@@ -20,7 +20,7 @@ func TestEmbeddedCatalog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(gens); got != "[{sketch embedded 0} {mosaic embedded 0}]" {
+	if got := fmt.Sprint(gens); got != "[{sketch embedded 0 [] } {mosaic embedded 0 [] }]" {
 		t.Errorf("generators = %s", got)
 	}
 	auto, ok, err := c.Route(ctx, "auto")
@@ -47,7 +47,7 @@ func TestLoadCatalogExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	gens, _ := c.Generators(ctx)
-	if got := fmt.Sprint(gens); got != "[{sketch embedded 8} {mosaic embedded 0}]" {
+	if got := fmt.Sprint(gens); got != "[{sketch embedded 8 [] } {mosaic embedded 0 [] }]" {
 		t.Errorf("generators = %s", got)
 	}
 	for actor, want := range map[string]string{"alice": "[true true]", "bob": "[true false]", "": "[true false]"} {

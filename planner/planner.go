@@ -19,6 +19,10 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"studio/generator"
 	"studio/intent"
@@ -61,7 +65,7 @@ func (p *Planner) PlanGeneration(ctx context.Context, actor string, in *intent.G
 	}
 	var fields []intent.FieldError
 
-	providers, kinds, bad, err := p.resolve(ctx, in.Providers)
+	providers, kinds, gens, bad, err := p.resolve(ctx, in.Providers)
 	if err != nil {
 		return nil, err
 	}
@@ -80,6 +84,12 @@ func (p *Planner) PlanGeneration(ctx context.Context, actor string, in *intent.G
 			if !slices.Contains(fields, f) {
 				fields = append(fields, f)
 			}
+		}
+	}
+
+	for _, f := range checkSizes(gens, providers, in.Params) {
+		if !slices.Contains(fields, f) {
+			fields = append(fields, f)
 		}
 	}
 
@@ -131,13 +141,47 @@ func (p *Planner) PlanGeneration(ctx context.Context, actor string, in *intent.G
 	return tasks, nil
 }
 
+// checkSizes refuses a size that a resolved generator with a list of
+// sizes does not take (the OpenAI models take a few): one field error,
+// naming the field and the sizes allowed, per such generator.
+func checkSizes(gens []GeneratorInfo, ids []string, params jsontext.Value) []intent.FieldError {
+	var out []intent.FieldError
+	for _, g := range gens {
+		if len(g.Sizes) == 0 || !slices.Contains(ids, g.ID) {
+			continue
+		}
+		size, err := generator.RequestSize(params, g.DefaultSize)
+		if err != nil || size == "" || slices.Contains(g.Sizes, size) {
+			continue // bad params are ValidateParams' to report
+		}
+		field := "params.width"
+		if !hasMember(params, "width") {
+			field = "params.height"
+		}
+		out = append(out, intent.FieldError{Field: field, Message: fmt.Sprintf(
+			"generator %q takes only the sizes %s, not %s (a catalog gives \"sizes\": [\"any\"] to a server that takes any size)",
+			g.ID, strings.Join(g.Sizes, ", "), size)})
+	}
+	return out
+}
+
+// hasMember reports whether the params object has the member.
+func hasMember(params jsontext.Value, name string) bool {
+	var m map[string]jsontext.Value
+	if json.Unmarshal(params, &m) != nil {
+		return false
+	}
+	_, ok := m[name]
+	return ok
+}
+
 // resolve turns provider names into generator ids, with the kinds among
-// them in order of first use, and a field error for each name the catalog
-// does not know.
-func (p *Planner) resolve(ctx context.Context, names []string) (ids, kinds []string, bad []intent.FieldError, err error) {
-	gens, err := p.Catalog.Generators(ctx)
+// them in order of first use, the catalog's generators, and a field error
+// for each name the catalog does not know.
+func (p *Planner) resolve(ctx context.Context, names []string) (ids, kinds []string, gens []GeneratorInfo, bad []intent.FieldError, err error) {
+	gens, err = p.Catalog.Generators(ctx)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("plan generation: catalog: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("plan generation: catalog: %w", err)
 	}
 	kindOf := make(map[string]string, len(gens))
 	for _, g := range gens {
@@ -158,7 +202,7 @@ func (p *Planner) resolve(ctx context.Context, names []string) (ids, kinds []str
 		}
 		route, ok, err := p.Catalog.Route(ctx, name)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("plan generation: catalog route %q: %w", name, err)
+			return nil, nil, nil, nil, fmt.Errorf("plan generation: catalog route %q: %w", name, err)
 		}
 		if !ok {
 			bad = append(bad, intent.FieldError{
@@ -169,12 +213,12 @@ func (p *Planner) resolve(ctx context.Context, names []string) (ids, kinds []str
 		}
 		for _, id := range route {
 			if _, ok := kindOf[id]; !ok {
-				return nil, nil, nil, fmt.Errorf("plan generation: route %q names generator %q, which the catalog lacks", name, id)
+				return nil, nil, nil, nil, fmt.Errorf("plan generation: route %q names generator %q, which the catalog lacks", name, id)
 			}
 			add(id)
 		}
 	}
-	return ids, kinds, bad, nil
+	return ids, kinds, gens, bad, nil
 }
 
 // Limit is the most tasks one plan may have: MaxTasks, or

@@ -31,7 +31,7 @@ func TestExampleCatalogs(t *testing.T) {
 		t.Errorf("the workflow path %q is not resolved from the catalog's directory", specs[0].Workflow)
 	}
 	gens, _ := c.Generators(context.Background())
-	if fmt.Sprint(gens) != "[{comfy comfyui 2}]" {
+	if fmt.Sprint(gens) != "[{comfy comfyui 2 [] }]" {
 		t.Errorf("generators = %v", gens)
 	}
 
@@ -87,6 +87,57 @@ func TestRemoteKindsParams(t *testing.T) {
 		err := generator.ValidateParams(kind, []byte(`{"width":4096}`))
 		if fs := intent.ErrorFields(err); len(fs) != 1 || fs[0].Field != "params.width" {
 			t.Errorf("%s width 4096: %v", kind, err)
+		}
+	}
+}
+
+// TestOpenAISizesAtPlanTime: a size the model does not take is a 422 when
+// the batch is planned, naming the field and the sizes allowed; a catalog
+// with "sizes": ["any"] takes it; the default size must be one the model
+// takes; a size of one of the sizes given in the catalog plans.
+func TestOpenAISizesAtPlanTime(t *testing.T) {
+	t.Parallel()
+	cat := func(extra string) *Static {
+		t.Helper()
+		c, err := ParseCatalog([]byte(`{"generators": [
+			{"id": "sketch", "kind": "embedded"},
+			{"id": "dalle", "kind": "openai", "base_url": "https://api.openai.com/v1", "model": "dall-e-3"` + extra + `}],
+			"routes": {"auto": ["sketch", "dalle"]}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	plan := func(c *Static, params string) error {
+		in := input([]intent.FrameSet{{Collection: "c", Frames: frames(1)}}, []string{"auto"}, 1)
+		in.Params = []byte(params)
+		_, err := New(c).PlanGeneration(context.Background(), "local", in)
+		return err
+	}
+	strict := cat("")
+	for _, ok := range []string{`{}`, `{"width":1792,"height":1024}`, `{"width":1024}`} {
+		if err := plan(strict, ok); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	err := plan(strict, `{"width":300,"height":200}`)
+	fields := mustRefuse(t, err)
+	if len(fields) != 1 || fields[0].Field != "params.width" ||
+		!strings.Contains(fields[0].Message, `generator "dalle" takes only the sizes 1024x1024, 1792x1024, 1024x1792, not 300x200`) {
+		t.Fatalf("300x200: %+v", fields)
+	}
+	if fields := mustRefuse(t, plan(strict, `{"height":512}`)); len(fields) != 1 || fields[0].Field != "params.height" {
+		t.Fatalf("height only: %+v", fields)
+	}
+	if err := plan(cat(`, "sizes": ["any"]`), `{"width":300,"height":200}`); err != nil {
+		t.Fatalf("sizes any: %v", err)
+	}
+	if err := plan(cat(`, "sizes": ["300x200", "1024x1024"]`), `{"width":300,"height":200}`); err != nil {
+		t.Fatalf("sizes listed: %v", err)
+	}
+	for _, bad := range []string{`, "size": "512x512"`, `, "sizes": ["any", "1024x1024"]`, `, "sizes": ["big"]`, `, "size_mismatch": "ignore"`} {
+		if _, err := ParseCatalog([]byte(`{"generators": [{"id": "dalle", "kind": "openai", "base_url": "https://api.openai.com/v1", "model": "dall-e-3"` + bad + `}], "routes": {"auto": ["dalle"]}}`)); err == nil {
+			t.Errorf("%s: the catalog loaded", bad)
 		}
 	}
 }

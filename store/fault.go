@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"studio/blob"
 )
 
 // FaultKind names a class of fault of what the store depends on (the
@@ -29,10 +31,22 @@ const (
 	FaultReadOnly FaultKind = "read_only"
 	// FaultIO: the database could not read or write its files.
 	FaultIO FaultKind = "io"
+	// FaultAssetStore: the store of asset bytes (an object store) cannot
+	// be reached or refuses (blob.ErrUnavailable).
+	FaultAssetStore FaultKind = "asset_store"
 )
 
+// Dependency names what a fault of the kind is a fault of: "database"
+// (its volume included) or "asset store".
+func (k FaultKind) Dependency() string {
+	if k == FaultAssetStore {
+		return "asset store"
+	}
+	return "database"
+}
+
 // FaultKinds lists every kind, in a fixed order (for metrics).
-var FaultKinds = []FaultKind{FaultBusy, FaultUnreachable, FaultFull, FaultReadOnly, FaultIO}
+var FaultKinds = []FaultKind{FaultBusy, FaultUnreachable, FaultFull, FaultReadOnly, FaultIO, FaultAssetStore}
 
 // Fault is a dependency fault: the kind, whether a write may have
 // committed all the same, and the error it was read from.
@@ -49,7 +63,7 @@ type Fault struct {
 
 // Error says the kind and the engine's error.
 func (f *Fault) Error() string {
-	return fmt.Sprintf("database fault (%s): %v", f.Kind, f.Err)
+	return fmt.Sprintf("%s fault (%s): %v", f.Kind.Dependency(), f.Kind, f.Err)
 }
 
 // Unwrap answers the engine's error.
@@ -89,6 +103,9 @@ func FaultOf(err error) *Fault {
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return nil
+	}
+	if errors.Is(err, blob.ErrUnavailable) {
+		return &Fault{Kind: FaultAssetStore, Err: err}
 	}
 	classifiers.RLock()
 	list := classifiers.list

@@ -42,7 +42,7 @@ func (o *Outage) Fault(f *Fault) {
 	}
 	o.since, o.kind = o.now(), f.Kind
 	o.going.Store(true)
-	o.log.Warn("database outage began: backing off until it passes", "seen_by", o.what, "kind", string(f.Kind), "err", f.Err)
+	o.log.Warn(f.Kind.Dependency()+" outage began: backing off until it passes", "seen_by", o.what, "kind", string(f.Kind), "err", f.Err)
 }
 
 // OK records a success: the end of the outage going on, if any, logged
@@ -56,7 +56,7 @@ func (o *Outage) OK() {
 	if o.since.IsZero() {
 		return
 	}
-	o.log.Info("database outage ended", "seen_by", o.what, "kind", string(o.kind),
+	o.log.Info(o.kind.Dependency()+" outage ended", "seen_by", o.what, "kind", string(o.kind),
 		"duration", o.now().Sub(o.since), "faults", o.faults)
 	o.since, o.faults = time.Time{}, 0
 	o.going.Store(false)

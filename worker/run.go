@@ -53,6 +53,15 @@ type taskRun struct {
 	step, ref string
 	// stored: this try stored the image (the call was not thrown away).
 	stored bool
+	// note is a line for the task's history not recorded yet.
+	note string
+}
+
+// takeNote answers the note not recorded yet, and forgets it.
+func (tr *taskRun) takeNote() string {
+	n := tr.note
+	tr.note = ""
+	return n
 }
 
 // takeCalls answers the calls not yet carried by a step record, and

@@ -69,10 +69,10 @@ func (r *run) execute(tr *taskRun) error {
 		if ctx.Err() == nil && r.cfg.Breakers.Result(gen.ID(), err) {
 			err = fmt.Errorf("%w: %w", errGeneratorDown, err)
 		}
-		if err == nil && tr.unsavedCalls() > 0 {
-			// Calls no step recorded yet (a quick task): recorded with
-			// the step it reached, before the completion.
-			err = r.saveStep(tr, tr.step, tr.ref, "")
+		if err == nil && (tr.unsavedCalls() > 0 || tr.note != "") {
+			// Calls no step recorded yet (a quick task), a note: recorded
+			// with the step it reached, before the completion.
+			err = r.saveStep(tr, tr.step, tr.ref, tr.takeNote())
 		}
 		if err == nil {
 			r.s.Observe(r.cfg.Now().Sub(start))
@@ -211,7 +211,7 @@ func (r *run) produce(ctx context.Context, tr *taskRun, p generator.Producer) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := r.saveStep(tr, StepStored, ref, ""); err != nil {
+	if err := r.saveStep(tr, StepStored, ref, tr.takeNote()); err != nil {
 		return nil, err
 	}
 	tr.step, tr.ref = StepStored, ref
@@ -297,7 +297,19 @@ func (r *run) finish(ctx context.Context, tr *taskRun, gen generator.Generator, 
 }
 
 // store puts an image's bytes in the blob store and answers its asset.
+// An image of another size than the task's params ask is refused (a
+// permanent error) when the generator says so, else kept with a note.
 func (r *run) store(ctx context.Context, tr *taskRun, gen generator.Generator, img generator.Image) (intent.Asset, error) {
+	if want, err := generator.RequestSize(tr.job.Params, ""); err == nil && want != "" {
+		if got := fmt.Sprintf("%dx%d", img.Width, img.Height); got != want {
+			if sr, ok := gen.(generator.SizeRefuser); ok && sr.RefusesOtherSizes() {
+				r.cfg.Spend.Discarded(gen.ID(), generator.ReasonSize)
+				return intent.Asset{}, generator.Permanent(fmt.Errorf("generator %q made an image of %s, not the %s asked; the catalog refuses such images (size_mismatch: refuse)", gen.ID(), got, want))
+			}
+			tr.note = fmt.Sprintf("attempt %d: generator %q made an image of %s, not the %s asked; kept (size_mismatch: warn)", tr.c.Attempt, gen.ID(), got, want)
+			r.cfg.Logger.Warn("an image of another size than asked", "task", tr.c.ID, "generator", gen.ID(), "asked", want, "made", got)
+		}
+	}
 	info, err := r.putWaiting(ctx, tr, img.Bytes)
 	if err != nil {
 		return intent.Asset{}, fmt.Errorf("store image: %w", err)

@@ -385,7 +385,7 @@ func TestObjectStoreDown(t *testing.T) {
 
 	bk.srv.Stop()
 	resp, body := get(t, c, token, "/v1/assets/"+assetID+"/content")
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "The asset store is unavailable.") {
 		t.Fatalf("content while down: %d, Retry-After %q: %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 	var ua assetAnswer
@@ -415,6 +415,14 @@ func TestObjectStoreDown(t *testing.T) {
 	}
 	if resp, _ := get(t, c, token, "/v1/assets/"+assetID+"/content"); resp.StatusCode != 200 {
 		t.Fatalf("content after the outage: %d", resp.StatusCode)
+	}
+	// One line when the outage began, one when it ended (written once the
+	// answer has gone).
+	pollFor(t, time.Minute, "the end of the outage logged", func() bool {
+		return strings.Contains(api.logs.String(), "asset store outage ended")
+	})
+	if b, e := strings.Count(api.logs.String(), "asset store outage began"), strings.Count(api.logs.String(), "asset store outage ended"); b != 1 || e != 1 {
+		t.Fatalf("outage logged %d times as begun, %d as ended; want once each", b, e)
 	}
 }
 

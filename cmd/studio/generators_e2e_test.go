@@ -48,7 +48,7 @@ func remoteCatalog(t *testing.T, oa *providertest.OpenAI, comfy *providertest.Co
 	cat := fmt.Sprintf(`{
   "generators": [
     {"id": "gpt", "kind": "openai", "base_url": %q, "model": "gpt-image-1",
-     "api_key_env": %q, "timeout": "20s", "max_concurrency": 2},
+     "api_key_env": %q, "timeout": "20s", "max_concurrency": 2, "sizes": ["any"]},
     {"id": "comfy", "kind": "comfyui", "base_url": %q, "workflow": "comfy/txt2img.json",
      "inputs": {"prompt": "6.inputs.text", "seed": "3.inputs.seed", "width": "5.inputs.width", "height": "5.inputs.height"},
      "output_node": "9", "poll_interval": "20ms", "timeout": "60s"}

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -265,5 +267,35 @@ func getJSON(t *testing.T, url, token string, v any) {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// TestOpenAISizeRefusedAtPlan: a size the model does not take is refused
+// when the batch is planned (422 naming params.width and the sizes the
+// model takes), so it never reaches the provider to be refused on every
+// attempt.
+func TestOpenAISizeRefusedAtPlan(t *testing.T) {
+	oa := providertest.NewOpenAI("")
+	defer oa.Server.Close()
+	path := t.TempDir() + "/catalog.json"
+	cat := `{"generators": [{"id": "dalle", "kind": "openai", "base_url": "` + oa.BaseURL() + `", "model": "dall-e-3"}], "routes": {"auto": ["dalle"]}}`
+	if err := os.WriteFile(path, []byte(cat), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := newFarm(t, "--catalog", path, "--workers", "1")
+	body := oneGenerator("size-300x200", "dalle", 1)
+	body["params"] = map[string]any{"width": 300, "height": 200}
+	var problem struct {
+		Errors []struct{ Field, Message string } `json:"errors"`
+	}
+	resp, err := f.c.do(context.Background(), "POST", "/v1/generations", body, &problem)
+	if err != nil || resp.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("POST: %v, %v", resp, err)
+	}
+	if len(problem.Errors) != 1 || problem.Errors[0].Field != "params.width" || !strings.Contains(problem.Errors[0].Message, "1024x1024, 1792x1024, 1024x1792") {
+		t.Fatalf("422: %+v", problem)
+	}
+	if n := len(oa.Calls()); n != 0 {
+		t.Fatalf("%d calls reached the provider", n)
 	}
 }

@@ -179,7 +179,7 @@ func openLockStore(kind string, e *engine) (locks.Store, func() error, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("open the Redis lock store: %w", err)
 		}
-		return rs, rs.Close, nil
+		return redisFaults{rs}, rs.Close, nil
 	}
 	ls, err := e.lockStore(context.Background())
 	return ls, nothing, err
