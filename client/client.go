@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -97,6 +98,29 @@ func New(base string, opts ...Option) (*Client, error) {
 		c.hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
 	return c, nil
+}
+
+// FromEnv makes a client the way the studio command line does: for the
+// server $STUDIO_SERVER (a bare HOST:PORT means http://; $STUDIO_URL is
+// read when it is unset) with the token $STUDIO_TOKEN. A missing one is an
+// error that names it. opts come after the token, so WithToken overrides
+// it.
+func FromEnv(opts ...Option) (*Client, error) {
+	server := os.Getenv("STUDIO_SERVER")
+	if server == "" {
+		server = os.Getenv("STUDIO_URL")
+	}
+	if server == "" {
+		return nil, errors.New("STUDIO_SERVER is not set: the server's address, such as http://127.0.0.1:7070")
+	}
+	token := os.Getenv("STUDIO_TOKEN")
+	if token == "" {
+		return nil, errors.New("STUDIO_TOKEN is not set: an API token of the server")
+	}
+	if !strings.Contains(server, "://") {
+		server = "http://" + server
+	}
+	return New(server, append([]Option{WithToken(token)}, opts...)...)
 }
 
 // NewRequestID makes a request id: a UUIDv7.

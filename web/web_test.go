@@ -30,6 +30,7 @@ func TestServesFilesWithCSP(t *testing.T) {
 		"/ui/style.css":  "text/css; charset=utf-8",
 		"/ui/icon.svg":   "image/svg+xml",
 		"/ui/compose.js": "text/javascript; charset=utf-8",
+		"/ui/router.js":  "text/javascript; charset=utf-8",
 	} {
 		w := get(t, h, path)
 		if w.Code != 200 || w.Header().Get("Content-Type") != ctype || w.Body.Len() == 0 {

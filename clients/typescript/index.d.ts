@@ -48,7 +48,7 @@ export interface Info {
 
 export declare class LockClient {
   constructor(options: { url: string; token: string; timeoutMs?: number });
-  /** A client for $STUDIO_URL with the token $STUDIO_TOKEN. */
+  /** A client for $STUDIO_SERVER (or $STUDIO_URL) with the token $STUDIO_TOKEN; throws a LockError naming a missing one. */
   static fromEnv(): LockClient;
   /** The named lock `name`, with defaults for its holds. */
   lock(name: string, defaults?: HoldOptions): NamedLock;

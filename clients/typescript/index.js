@@ -59,10 +59,18 @@ export class LockClient {
     this.timeoutMs = timeoutMs;
   }
 
-  /** A client for $STUDIO_URL with the token $STUDIO_TOKEN. */
+  /**
+   * A client for $STUDIO_SERVER (or $STUDIO_URL, its older name) with the
+   * token $STUDIO_TOKEN, as the studio command line reads them. A missing
+   * one throws a LockError that names it.
+   */
   static fromEnv() {
     const env = globalThis.process?.env ?? {};
-    return new LockClient({ url: env.STUDIO_URL ?? "", token: env.STUDIO_TOKEN ?? "" });
+    let url = env.STUDIO_SERVER || env.STUDIO_URL || "";
+    if (!url) throw new LockError(0, "STUDIO_SERVER is not set: the server's address, such as http://127.0.0.1:7070");
+    if (!env.STUDIO_TOKEN) throw new LockError(0, "STUDIO_TOKEN is not set: an API token of the server");
+    if (!url.includes("://")) url = "http://" + url;
+    return new LockClient({ url, token: env.STUDIO_TOKEN });
   }
 
   /**

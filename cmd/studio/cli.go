@@ -10,11 +10,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	apiclient "studio/client"
@@ -33,22 +36,26 @@ const (
 const clientUsage = `
 The caller's commands (they talk to a running server):
   studio submit FILE|-  [flags]   POST the generation request in FILE (- = stdin); prints the batch id
-  studio status ID      [flags]   the batch and its counts
+  studio status ID      [flags]   the batch, its counts and why tasks failed
+  studio tasks ID       [flags]   the batch's tasks: set, frame, generator, state, attempts, error
   studio wait ID        [flags]   follow the batch to its end (live events)
   studio cancel ID      [flags]   cancel the batch (idempotent)
   studio download ID DIR [flags]  save the batch's images in DIR
   studio ls             [flags]   your batches, newest first
 
-  They read --server (STUDIO_SERVER, default http://127.0.0.1:7070) and
-  --token (STUDIO_TOKEN, default the token file of --data). Exit codes: 0 all
+  They read --server (STUDIO_SERVER, default http://127.0.0.1:7070; a bare
+  HOST:PORT means http://) and --token (STUDIO_TOKEN, default the token file
+  of --data); --json prints what they print as JSON. Exit codes: 0 all
   tasks succeeded (or the command did what it says), 1 some tasks failed or
-  were canceled (or a local failure, such as an unwritable DIR), 2 a usage
-  or input error (with the server's problem detail), 3 the server was
-  unreachable after the retries.`
+  were canceled (status, wait, download; or a local failure, such as an
+  unwritable DIR), 2 a usage or input error (with the server's problem
+  detail), 3 the server was unreachable after the retries.`
 
 // clientFlags are the flags every caller's command takes.
 type clientFlags struct {
 	server, token, data, journal string
+	// tokenFrom says where the token came from, for a 401's message.
+	tokenFrom string
 	retries                      int
 	json                         bool
 }
@@ -137,8 +144,13 @@ func runClient(ctx context.Context, cmd string, args []string, stdin io.Reader, 
 	return code
 }
 
-func clientCommand(ctx context.Context, cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func clientCommand(ctx context.Context, cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	var f clientFlags
+	defer func() {
+		if apiclient.StatusOf(err) == http.StatusUnauthorized && f.tokenFrom != "" {
+			err = fmt.Errorf("%w (the token from %s)", err, f.tokenFrom)
+		}
+	}()
 	switch cmd {
 	case "submit":
 		var wait, fresh bool
@@ -176,14 +188,18 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		if err != nil {
 			return err
 		}
-		c, err := newCLIClient(f)
+		c, err := newCLIClient(&f)
 		if err != nil {
 			return err
 		}
 		var b *apiclient.Batch
+		var failed []apiclient.Task
 		switch cmd {
 		case "status":
 			b, err = c.GetBatch(ctx, ids[0])
+			if err == nil && b.Counts.Failed > 0 {
+				failed, err = c.AllTasks(ctx, ids[0], apiclient.StateFailed)
+			}
 		case "cancel":
 			b, err = c.CancelBatch(ctx, ids[0])
 		case "wait":
@@ -196,6 +212,9 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 			return err
 		}
 		printBatch(stdout, b, f.json)
+		if !f.json {
+			printFailureReasons(stdout, failed)
+		}
 		if cmd != "cancel" && apiclient.Ended(b.State) && b.State != apiclient.StateSucceeded {
 			return &cliError{exitTasksFailed, nil}
 		}
@@ -206,11 +225,48 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		if err != nil {
 			return err
 		}
-		c, err := newCLIClient(f)
+		c, err := newCLIClient(&f)
 		if err != nil {
 			return err
 		}
-		return download(ctx, c, a[0], a[1], stderr)
+		if err := download(ctx, c, a[0], a[1], stderr); err != nil {
+			return err
+		}
+		b, err := c.GetBatch(ctx, a[0])
+		if err != nil {
+			return err
+		}
+		if f.json {
+			printBatch(stdout, b, true)
+		}
+		if apiclient.Ended(b.State) && b.State != apiclient.StateSucceeded {
+			return &cliError{exitTasksFailed, fmt.Errorf("the batch %s: %d of its %d tasks failed or were canceled; studio tasks %s --state failed says why",
+				b.State, b.Counts.Failed+b.Counts.Canceled, b.TaskCount, b.ID)}
+		}
+		return nil
+	case "tasks":
+		var state string
+		fs := newClientFlagSet(cmd, stderr, &f, "usage: studio tasks ID [flags]\n\nLists the batch's tasks in plan order: set, frame, generator, candidate, state,\nattempts and the last error (--json: one task per line, as GET\n/v1/batches/{id}/tasks answers them).")
+		fs.StringVar(&state, "state", "", "only the tasks in this state: queued, running, succeeded, failed or canceled")
+		ids, err := parseClientArgs(fs, args, "ID")
+		if err != nil {
+			return err
+		}
+		switch state {
+		case "", "queued", "running", "succeeded", "failed", "canceled":
+		default:
+			return usageErr("--state must be queued, running, succeeded, failed or canceled, not %q", state)
+		}
+		c, err := newCLIClient(&f)
+		if err != nil {
+			return err
+		}
+		tasks, err := c.AllTasks(ctx, ids[0], state)
+		if err != nil {
+			return err
+		}
+		printTasks(stdout, tasks, f.json)
+		return nil
 	case "ls":
 		var limit int
 		var all bool
@@ -223,7 +279,7 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		if limit < 1 || limit > 500 {
 			return usageErr("--limit must be from 1 to 500")
 		}
-		c, err := newCLIClient(f)
+		c, err := newCLIClient(&f)
 		if err != nil {
 			return err
 		}
@@ -261,27 +317,44 @@ func parseClientArgs(fs *flag.FlagSet, args []string, names ...string) ([]string
 	return pos, nil
 }
 
-// newCLIClient makes the client of the flags: the token from --token or
-// the data directory's token file.
-func newCLIClient(f clientFlags) (*apiclient.Client, error) {
+// newCLIClient makes the client of the flags: the token from --token (or
+// STUDIO_TOKEN) or the data directory's token file, which it notes in
+// f.tokenFrom; a --server without a scheme is taken as http://.
+func newCLIClient(f *clientFlags) (*apiclient.Client, error) {
 	token := strings.TrimSpace(f.token)
-	if token == "" {
+	switch {
+	case token != "" && tokenFlagGiven(f):
+		f.tokenFrom = "--token"
+	case token != "":
+		f.tokenFrom = "STUDIO_TOKEN"
+	default:
 		path := filepath.Join(f.data, "token")
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil, usageErr("no token: give --token or STUDIO_TOKEN, or --data with a token file (%v)", err)
 		}
 		token = strings.TrimSpace(string(b))
+		f.tokenFrom = path
 	}
 	if f.retries < 1 {
 		return nil, usageErr("--retries must be at least 1")
 	}
-	c, err := apiclient.New(f.server, apiclient.WithToken(token), apiclient.WithRetry(apiclient.Retry{Attempts: f.retries}),
+	server := f.server
+	if !strings.Contains(server, "://") {
+		server = "http://" + server
+	}
+	c, err := apiclient.New(server, apiclient.WithToken(token), apiclient.WithRetry(apiclient.Retry{Attempts: f.retries}),
 		apiclient.WithUserAgent("studio-cli"))
 	if err != nil {
-		return nil, usageErr("%v", err)
+		return nil, usageErr("--server %q: %v; write it as http://HOST:PORT or HOST:PORT", f.server, err)
 	}
 	return c, nil
+}
+
+// tokenFlagGiven says whether the token came from --token rather than
+// STUDIO_TOKEN.
+func tokenFlagGiven(f *clientFlags) bool {
+	return f.token != "" && f.token != os.Getenv("STUDIO_TOKEN")
 }
 
 // submit sends FILE's request under its request id: the file's own, or
@@ -301,7 +374,7 @@ func submit(ctx context.Context, f clientFlags, file string, fresh, wait bool, d
 	if err := json.Unmarshal(body, &probe); err != nil {
 		return usageErr("%s is not a JSON object: %v", file, err)
 	}
-	c, err := newCLIClient(f)
+	c, err := newCLIClient(&f)
 	if err != nil {
 		return err
 	}
@@ -371,6 +444,52 @@ func printBatch(w io.Writer, b *apiclient.Batch, asJSON bool) {
 	c := b.Counts
 	fmt.Fprintf(w, "%s  %-9s  %d/%d done  (%d queued, %d running, %d succeeded, %d failed, %d canceled)\n",
 		b.ID, b.State, c.Ended(), b.TaskCount, c.Queued, c.Running, c.Succeeded, c.Failed, c.Canceled)
+}
+
+// printFailureReasons prints, after a batch's line, why its failed tasks
+// failed: each distinct error once, with how many tasks it ended.
+func printFailureReasons(w io.Writer, failed []apiclient.Task) {
+	if len(failed) == 0 {
+		return
+	}
+	count := map[string]int{}
+	var order []string
+	for _, t := range failed {
+		msg := "(no error recorded)"
+		if t.Error != nil {
+			msg = errorKey(*t.Error)
+		}
+		if count[msg] == 0 {
+			order = append(order, msg)
+		}
+		count[msg]++
+	}
+	sort.SliceStable(order, func(i, j int) bool { return count[order[i]] > count[order[j]] })
+	fmt.Fprintf(w, "failed tasks, by reason:\n")
+	for _, msg := range order {
+		fmt.Fprintf(w, "  %4d  %s\n", count[msg], msg)
+	}
+}
+
+// printTasks prints tasks: one JSON object per line, or a table.
+func printTasks(w io.Writer, tasks []apiclient.Task, asJSON bool) {
+	if asJSON {
+		for _, t := range tasks {
+			out, _ := json.Marshal(t)
+			fmt.Fprintln(w, string(out))
+		}
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SET\tFRAME\tGENERATOR\tCANDIDATE\tSTATE\tATTEMPTS\tERROR")
+	for _, t := range tasks {
+		msg := ""
+		if t.Error != nil {
+			msg = *t.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\n", t.Collection, t.Frame, t.Generator, t.Candidate, t.State, t.Attempts, msg)
+	}
+	tw.Flush()
 }
 
 // list prints the actor's batches.

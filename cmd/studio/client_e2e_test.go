@@ -525,6 +525,36 @@ func TestCallerCommands(t *testing.T) {
 	if code, _, errs := cli("", "wait", id); code != exitTasksFailed || !strings.Contains(errs, "failed") {
 		t.Fatalf("wait on a failing batch: exit %d, %s", code, errs)
 	}
+	// Why it failed, where the user looks: status sums up the reasons,
+	// tasks lists each task with its error, download of it exits 1.
+	if code, out, _ := cli("", "status", id); code != exitTasksFailed || !strings.Contains(out, "failed tasks, by reason:\n     1  ") {
+		t.Fatalf("status of a failed batch: exit %d, %q", code, out)
+	}
+	if code, out, errs := cli("", "tasks", id, "--state", "failed"); code != exitOK || strings.Count(out, "\n") != 2 ||
+		!strings.Contains(out, "ATTEMPTS") || !strings.Contains(out, "sketch") || !strings.Contains(out, "failed") {
+		t.Fatalf("tasks --state failed: exit %d, %q, %s", code, out, errs)
+	}
+	var task apiclient.Task
+	if code, out, _ := cli("", "tasks", id, "--json"); code != exitOK || json.Unmarshal([]byte(out), &task) != nil ||
+		task.State != apiclient.StateFailed || task.Error == nil || task.Attempts == 0 {
+		t.Fatalf("tasks --json: exit %d, %q", code, out)
+	}
+	if code, _, _ := cli("", "tasks", id, "--state", "broken"); code != exitUsage {
+		t.Fatalf("tasks --state broken: exit %d", code)
+	}
+	if code, _, errs := cli("", "download", id, filepath.Join(t.TempDir(), "none")); code != exitTasksFailed || !strings.Contains(errs, "studio tasks") {
+		t.Fatalf("download of a failed batch: exit %d, %s", code, errs)
+	}
+	// --server without a scheme; a refused token names where it came from.
+	var o, e bytes.Buffer
+	if code := runClient(context.Background(), "ls", []string{"--server", api.Addr, "--data", data}, strings.NewReader(""), &o, &e); code != exitOK {
+		t.Fatalf("--server HOST:PORT: exit %d, %s", code, e.String())
+	}
+	e.Reset()
+	if code := runClient(context.Background(), "ls", []string{"--server", api.Addr, "--token", "wrong"}, strings.NewReader(""), &o, &e); code != exitUsage ||
+		!strings.Contains(e.String(), "(the token from --token)") {
+		t.Fatalf("a wrong token: exit %d, %s", code, e.String())
+	}
 
 	// A request_id of null is no request id: the journal names the
 	// request, so running the same command again answers the same batch.

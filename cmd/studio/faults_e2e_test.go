@@ -573,3 +573,12 @@ func TestFaultKindsAreMetricLabels(t *testing.T) {
 		t.Fatalf("store kinds %v, metric labels %v", kinds, metrics.FaultKinds)
 	}
 }
+
+// TestVersion: studio --version says the build, and exits 0.
+func TestVersion(t *testing.T) {
+	var out, errb strings.Builder
+	if code := run(context.Background(), []string{"--version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "studio ") ||
+		!strings.Contains(out.String(), "go1.") {
+		t.Fatalf("--version: exit %d, %q, %q", code, out.String(), errb.String())
+	}
+}

@@ -9,7 +9,7 @@
 //	studio bench                         measure this machine (see docs/bench.md)
 //	studio assets copy --to s3://...     copy the asset bytes to object storage
 //	studio submit FILE [--wait]          submit a generation request to a server (see docs/client.md)
-//	studio status|wait|cancel ID         read, follow or cancel a batch
+//	studio status|tasks|wait|cancel ID   read, list the tasks of, follow or cancel a batch
 //	studio download ID DIR, studio ls    save a batch's images; list batches
 //
 // Run "studio help" or "studio COMMAND -h" for the flags.
@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -36,10 +37,13 @@ Usage:
   studio bench    [flags]               measure this machine: each operation beside its floor
   studio assets copy --to s3://...      copy every asset's bytes to object storage (resumable, verified)
   studio help                           this text
+  studio --version                      the version, from the build
 ` + clientUsage + `
 
-Every flag has an environment variable (shown in "studio COMMAND -h"); a
-flag on the command line wins over the variable.
+Every flag of serve, worker, migrate, token and bench has an environment
+variable, and so do the caller's commands' --server, --token, --data,
+--retries and --journal (all shown in "studio COMMAND -h"); a flag on the
+command line wins over the variable.
 
 With no flags, "studio serve" keeps everything in ./studio-data (SQLite,
 assets, and on first start a token for the actor "local", printed once and
@@ -73,10 +77,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runBench(ctx, args[1:], stdout, stderr)
 	case "assets":
 		err = runAssets(ctx, args[1:], stdout, stderr)
-	case "submit", "status", "wait", "cancel", "download", "ls":
+	case "submit", "status", "tasks", "wait", "cancel", "download", "ls":
 		return runClient(ctx, args[0], args[1:], os.Stdin, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
+		return 0
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, version())
 		return 0
 	default:
 		fmt.Fprintf(stderr, "studio: unknown command %q\n\n%s", args[0], usage)
@@ -185,4 +192,29 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintln(stdout, token)
 	return nil
+}
+
+// version says which build this is: the module version and, when the
+// build recorded them, the commit and whether the tree had changes.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "studio (no build information)"
+	}
+	v := "studio " + bi.Main.Version
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = ", modified"
+			}
+		}
+	}
+	if rev != "" {
+		v += " (" + rev + modified + ")"
+	}
+	return v + " " + bi.GoVersion
 }

@@ -49,35 +49,27 @@ export function onUnauthorized(fn) {
 // rejects with ApiError or LostAnswer. body, when given, must already be
 // the exact JSON text to send.
 export async function api(path, {method = 'GET', body, headers = {}, timeoutMs = 20000, signal, auth = token()} = {}) {
-  const ctl = new AbortController();
-  let timedOut = false;
-  const timer = setTimeout(() => { timedOut = true; ctl.abort(); }, timeoutMs);
-  const onAbort = () => ctl.abort();
-  if (signal) signal.addEventListener('abort', onAbort, {once: true});
+  const timeout = AbortSignal.timeout(timeoutMs);
   const h = {Accept: 'application/json', ...headers};
   if (auth) h.Authorization = `Bearer ${auth}`;
   if (body !== undefined) h['Content-Type'] = 'application/json';
   let res;
   try {
-    res = await fetch(path, {method, body, headers: h, signal: ctl.signal, cache: 'no-store', credentials: 'omit', redirect: 'error'});
+    res = await fetch(path, {method, body, headers: h, signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+      cache: 'no-store', credentials: 'omit', redirect: 'error'});
   } catch (e) {
-    clearTimeout(timer);
     if (signal && signal.aborted) throw e;
-    if (timedOut) throw new LostAnswer(`no answer within ${Math.round(timeoutMs / 1000)} s`);
+    if (timeout.aborted) throw new LostAnswer(`no answer within ${Math.round(timeoutMs / 1000)} s`);
     if (!navigator.onLine) throw new LostAnswer('the browser is offline');
     throw new LostAnswer('the connection failed before an answer arrived');
-  } finally {
-    if (signal) signal.removeEventListener('abort', onAbort);
   }
   let text;
   try {
     text = await res.text();
   } catch (e) {
-    clearTimeout(timer);
     if (signal && signal.aborted) throw e;
-    throw new LostAnswer(timedOut ? `the answer did not finish within ${Math.round(timeoutMs / 1000)} s` : 'the answer was cut off', res.status);
+    throw new LostAnswer(timeout.aborted ? `the answer did not finish within ${Math.round(timeoutMs / 1000)} s` : 'the answer was cut off', res.status);
   }
-  clearTimeout(timer);
   const type = res.headers.get('Content-Type') || '';
   let data = null;
   if (text && /json/.test(type)) {

@@ -6,13 +6,14 @@ import {h, problemView, replace} from './dom.js';
 import {composeView, reviewView} from './compose.js';
 import {batchView} from './batch.js';
 import {batchesView} from './batches.js';
+import {onRoute} from './router.js';
 
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
 
 // catalog is GET /v1/catalog, read once per sign-in.
 let catalog = null;
-export async function getCatalog() {
+async function getCatalog() {
   if (!catalog) catalog = (await api('/v1/catalog')).data;
   return catalog;
 }
@@ -119,11 +120,7 @@ onUnauthorized(() => {
 document.getElementById('signout').addEventListener('click', signOut);
 window.addEventListener('hashchange', () => start());
 
-// go navigates to a route of the page.
-export function go(hash) {
-  if (location.hash === hash) route();
-  else location.hash = hash;
-}
+onRoute(route);
 
 // confirmLinkView asks before a link replaces the token this tab already
 // signed in with: a link from someone else could otherwise sign the tab in

@@ -8,7 +8,7 @@
 
 import {api, ApiError, LostAnswer, newRequestID} from './api.js';
 import {h, problemView, replace} from './dom.js';
-import {go} from './app.js';
+import {go} from './router.js';
 
 const DRAFT_KEY = 'studio.draft';
 const REVIEW_KEY = 'studio.review';

@@ -47,7 +47,10 @@ class LockError(Exception):
     server could not be reached); ``detail`` is its explanation."""
 
     def __init__(self, status: int, detail: str, fields: Optional[List[Dict[str, str]]] = None):
-        super().__init__(f"{status}: {detail}" if status else detail)
+        message = f"{status}: {detail}" if status else detail
+        if fields:
+            message += " (" + "; ".join(f"{f.get('field', '')}: {f.get('message', '')}" for f in fields) + ")"
+        super().__init__(message)
         self.status = status
         self.detail = detail
         self.fields = fields or []
@@ -224,8 +227,18 @@ class Locks:
 
     @classmethod
     def from_env(cls) -> "Locks":
-        """A client for $STUDIO_URL with the token $STUDIO_TOKEN."""
-        return cls(os.environ["STUDIO_URL"], os.environ["STUDIO_TOKEN"])
+        """A client for $STUDIO_SERVER (or $STUDIO_URL, its older name) with
+        the token $STUDIO_TOKEN, as the studio command line reads them. A
+        missing one raises a LockError that names it."""
+        url = os.environ.get("STUDIO_SERVER") or os.environ.get("STUDIO_URL")
+        if not url:
+            raise LockError(0, "STUDIO_SERVER is not set: the server's address, such as http://127.0.0.1:7070")
+        token = os.environ.get("STUDIO_TOKEN")
+        if not token:
+            raise LockError(0, "STUDIO_TOKEN is not set: an API token of the server")
+        if "://" not in url:
+            url = "http://" + url
+        return cls(url, token)
 
     def hold(self, name: str, key: str, ttl: float = 30.0, wait: Optional[float] = None, limit: int = 0) -> Lease:
         """Wait for the key (at most ``wait`` seconds; None waits as long as it
