@@ -415,6 +415,17 @@ func (c *Client) CancelBatch(ctx context.Context, id string) (*Batch, error) {
 	return &b, nil
 }
 
+// DeleteBatch deletes an ended batch with its tasks, assets and
+// publications, and frees its request id. A batch still running is a 409
+// (cancel it first); one that is gone, a 404 (so a retry of a deletion
+// whose answer was lost reports 404).
+func (c *Client) DeleteBatch(ctx context.Context, id string) error {
+	if _, err := c.do(ctx, call{method: http.MethodDelete, path: "/v1/batches/" + seg(id)}); err != nil {
+		return fmt.Errorf("delete batch %s: %w", id, err)
+	}
+	return nil
+}
+
 // listPage reads one page of a list.
 func listPage[T any](ctx context.Context, c *Client, path string, o ListOptions, extra url.Values) (*Page[T], error) {
 	q := url.Values{}

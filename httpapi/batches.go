@@ -81,6 +81,17 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 
 // cancelBatch is POST /v1/batches/{id}/cancel: idempotent; answers the
 // batch as it stands after.
+// deleteBatch deletes an ended batch: 204, or 404 when there is none
+// (deleted already included), or 409 while it runs.
+func (s *Server) deleteBatch(w http.ResponseWriter, r *http.Request) {
+	actor, _ := ActorFrom(r.Context())
+	if _, err := s.store.DeleteBatch(r.Context(), actor, chi.URLParam(r, "id")); err != nil {
+		s.Error(w, r, notFoundAs(err, "batch"))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
 func (s *Server) cancelBatch(w http.ResponseWriter, r *http.Request) {
 	actor, _ := ActorFrom(r.Context())
 	b, err := s.store.CancelBatch(r.Context(), actor, chi.URLParam(r, "id"))

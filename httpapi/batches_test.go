@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"encoding/base64"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -273,5 +274,33 @@ func TestCancelBatch(t *testing.T) {
 		if got.ID != b.ID || got.State != intent.StateCanceled || got.Counts != (intent.Counts{Canceled: 4}) {
 			t.Errorf("cancel %d: %+v", i, got)
 		}
+	}
+}
+
+// TestDeleteBatch: a running batch answers 409, another actor's 404; an
+// ended one 204, then 404 (as a random id), and its request id makes a
+// new batch.
+func TestDeleteBatch(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{})
+	b := h.create("alice", "req-del", 1, 2)
+	del := func(actor string) *httptest.ResponseRecorder {
+		return h.do(req{method: "DELETE", path: "/v1/batches/" + b.ID, actor: actor})
+	}
+	if p := wantProblem(t, del("alice"), http.StatusConflict); !strings.Contains(p.Detail, "cancel it first") {
+		t.Errorf("running batch: %q", p.Detail)
+	}
+	if w := h.do(req{method: "POST", path: "/v1/batches/" + b.ID + "/cancel", actor: "alice"}); w.Code != http.StatusOK {
+		t.Fatalf("cancel: %d %s", w.Code, w.Body)
+	}
+	wantProblem(t, del("bob"), http.StatusNotFound)
+	if w := del("alice"); w.Code != http.StatusNoContent || w.Body.Len() != 0 {
+		t.Fatalf("delete: %d %s", w.Code, w.Body)
+	}
+	wantProblem(t, del("alice"), http.StatusNotFound)
+	wantProblem(t, h.do(req{method: "GET", path: "/v1/batches/" + b.ID, actor: "alice"}), http.StatusNotFound)
+	again := h.create("alice", "req-del", 1, 2) // 201, not a replay
+	if again.ID == b.ID {
+		t.Fatalf("the freed request id replayed the deleted batch")
 	}
 }

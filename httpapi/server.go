@@ -30,13 +30,14 @@ type Generations interface {
 }
 
 // Store is what the API needs of the store: the reads it answers, the
-// batch cancel, the token look-up and the readiness check. store.Store has
+// batch cancel and deletion, the token look-up and the readiness check. store.Store has
 // it.
 type Store interface {
 	GetBatch(ctx context.Context, actor, id string) (intent.Batch, error)
 	ListBatches(ctx context.Context, p store.ListParams) ([]intent.Batch, error)
 	ListTasks(ctx context.Context, batchID string, p store.ListParams) ([]intent.Task, error)
 	CancelBatch(ctx context.Context, actor, id string) (intent.Batch, error)
+	DeleteBatch(ctx context.Context, actor, id string) (store.Deleted, error)
 	GetAsset(ctx context.Context, actor, id string) (intent.Asset, error)
 	ActorForToken(ctx context.Context, tokenHash string) (string, error)
 	Ping(ctx context.Context) error
@@ -324,6 +325,7 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/batches/{id}", s.getBatch)
 		r.Get("/batches/{id}/tasks", s.listTasks)
 		r.Post("/batches/{id}/cancel", s.cancelBatch)
+		r.Delete("/batches/{id}", s.deleteBatch)
 		r.Get("/batches/{id}/events", s.batchEvents)
 		r.Get("/assets/{id}", s.getAsset)
 		r.Get("/assets/{id}/content", s.getAssetContent)

@@ -248,7 +248,7 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 	}{
 		{"GET", "/v1/generations", "alice", []string{"POST"}},
 		{"DELETE", "/v1/batches", "alice", []string{"GET", "HEAD"}},
-		{"PUT", "/v1/batches/x", "alice", []string{"GET", "HEAD"}},
+		{"PUT", "/v1/batches/x", "alice", []string{"GET", "HEAD", "DELETE"}},
 		{"GET", "/v1/batches/x/cancel", "alice", []string{"POST"}},
 		{"POST", "/healthz", "", []string{"GET", "HEAD"}},
 		{"DELETE", "/openapi.json", "", []string{"GET", "HEAD"}},

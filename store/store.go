@@ -22,6 +22,8 @@ type Store interface {
 	UploadStore
 	PublicationStore
 	ChangeStore
+	TokenStore
+	RetentionStore
 
 	// ListBatches returns the actor's batches newest first, at most
 	// p.Limit, starting after the batch id p.After (exclusive) when set.
@@ -37,17 +39,6 @@ type Store interface {
 
 	// GetAsset reads one of the actor's assets.
 	GetAsset(ctx context.Context, actor, id string) (intent.Asset, error)
-
-	// CreateToken stores the hash of a new token for the actor.
-	CreateToken(ctx context.Context, actor, tokenHash string) error
-	// ActorForToken returns the actor of a token hash, ENotFound if none.
-	ActorForToken(ctx context.Context, tokenHash string) (string, error)
-	// CountTokens counts the stored tokens.
-	CountTokens(ctx context.Context) (int, error)
-	// CreateTokenIfNone stores the token hash for the actor only if the
-	// store holds no token at all, atomically: of processes starting at
-	// once on an empty database exactly one creates the first token.
-	CreateTokenIfNone(ctx context.Context, actor, tokenHash string) (created bool, err error)
 
 	// CursorKey returns the secret key that signs list cursors: made (32
 	// random bytes) on the first call on a database and kept in it, so that

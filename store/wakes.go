@@ -65,3 +65,9 @@ func CreatedWakes(in intent.NewIntent) []wake.Event {
 func CancelWakes(batchID string) []wake.Event {
 	return []wake.Event{{Kind: wake.Cancel | wake.Changed, ID: batchID}}
 }
+
+// DeletedWakes are the wake-ups of a batch deleted: its events streams
+// read (and find it gone).
+func DeletedWakes(batchID string) []wake.Event {
+	return []wake.Event{{Kind: wake.Changed, ID: batchID}}
+}

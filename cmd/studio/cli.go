@@ -24,7 +24,7 @@ import (
 	"studio/intent"
 )
 
-// The caller's commands: submit, status, wait, cancel, download, ls. They
+// The caller's commands: submit, status, wait, cancel, delete, download, ls. They
 // talk to a server through the client package and answer with exit codes:
 const (
 	exitOK          = 0 // done; for a batch: every task succeeded
@@ -40,6 +40,7 @@ The caller's commands (they talk to a running server):
   studio tasks ID       [flags]   the batch's tasks: set, frame, generator, state, attempts, error
   studio wait ID        [flags]   follow the batch to its end (live events)
   studio cancel ID      [flags]   cancel the batch (idempotent)
+  studio delete ID      [flags]   delete an ended batch, its images and publications
   studio download ID DIR [flags]  save the batch's images in DIR
   studio ls             [flags]   your batches, newest first
 
@@ -56,8 +57,8 @@ type clientFlags struct {
 	server, token, data, journal string
 	// tokenFrom says where the token came from, for a 401's message.
 	tokenFrom string
-	retries                      int
-	json                         bool
+	retries   int
+	json      bool
 }
 
 // newClientFlagSet declares the common flags; env variables give their
@@ -218,6 +219,21 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		if cmd != "cancel" && apiclient.Ended(b.State) && b.State != apiclient.StateSucceeded {
 			return &cliError{exitTasksFailed, nil}
 		}
+		return nil
+	case "delete":
+		fs := newClientFlagSet(cmd, stderr, &f, "usage: studio delete ID [flags]\n\nDeletes an ended batch with its tasks, its images and its publications; its request id\nis free again after. A batch still running is refused (cancel it first); one that is\ngone answers 404.")
+		ids, err := parseClientArgs(fs, args, "ID")
+		if err != nil {
+			return err
+		}
+		c, err := newCLIClient(&f)
+		if err != nil {
+			return err
+		}
+		if err := c.DeleteBatch(ctx, ids[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "deleted %s\n", ids[0])
 		return nil
 	case "download":
 		fs := newClientFlagSet(cmd, stderr, &f, "usage: studio download ID DIR [flags]\n\nSaves the images of the batch's succeeded tasks in DIR (made if missing), one\nfile per task named collection-frame-generator-candidate.png, each checked\nagainst its SHA-256 and written whole (temporary file, then rename); files\nalready there with the right bytes are kept, so it can be run again.")

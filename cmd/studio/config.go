@@ -46,6 +46,9 @@ type Config struct {
 	MaxUploadPixels int64
 	DBWait          time.Duration
 	MinFreeMiB      int64
+	// Retain prunes ended batches older than this in the background
+	// (retention.go); 0 keeps everything.
+	Retain age
 }
 
 // DefaultConfig is the configuration with no flags and no environment.
@@ -67,7 +70,7 @@ func DefaultConfig() Config {
 }
 
 // commands is a set of the commands that read a Config from flags.
-type commands uint8
+type commands uint16
 
 const (
 	cmdServe commands = 1 << iota
@@ -76,11 +79,13 @@ const (
 	cmdToken
 	cmdBench
 	cmdAssets
+	cmdPrune
+	cmdVacuum
 
 	// processes are the long-running commands: serve and worker.
 	processes = cmdServe | cmdWorker
 	// everyCommand is every command that opens the database.
-	everyCommand = processes | cmdMigrate | cmdToken | cmdBench | cmdAssets
+	everyCommand = processes | cmdMigrate | cmdToken | cmdBench | cmdAssets | cmdPrune | cmdVacuum
 )
 
 // commandNames names each command as its flag set does ("studio NAME").
@@ -91,6 +96,8 @@ var commandNames = map[commands]string{
 	cmdToken:   "token create",
 	cmdBench:   "bench",
 	cmdAssets:  "assets copy",
+	cmdPrune:   "prune",
+	cmdVacuum:  "vacuum",
 }
 
 // flagDef is one flag of the table: its name, its environment variable,
@@ -153,6 +160,8 @@ var flags = []flagDef{
 		"longest a request waits for the database's write lock; then 503 with Retry-After; 0 = SQLite's 10s busy timeout"},
 	{"min-free-mib", "STUDIO_MIN_FREE_MIB", cmdServe, func(c *Config) any { return &c.MinFreeMiB },
 		"/readyz answers 503 while the data directory's volume has less free, in MiB; 0 = no check"},
+	{"retain", "STUDIO_RETAIN", cmdServe, func(c *Config) any { return &c.Retain },
+		"prune ended batches older than this (30d, 12h) in the background; 0 = keep everything"},
 }
 
 // newFlagSet declares on cfg the flags of the table that cmd accepts, with
@@ -176,6 +185,8 @@ func newFlagSet(cmd commands, cfg *Config, stderr io.Writer) (*flag.FlagSet, fun
 			fs.Int64Var(p, d.name, *p, usage)
 		case *time.Duration:
 			fs.DurationVar(p, d.name, *p, usage)
+		case flag.Value:
+			fs.Var(p, d.name, usage)
 		default:
 			panic(fmt.Sprintf("flag --%s: no flag type for %T", d.name, p))
 		}

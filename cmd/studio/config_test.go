@@ -56,6 +56,8 @@ func sample(p any) (text string, want any) {
 		return "7", int64(7)
 	case *time.Duration:
 		return "7s", 7 * time.Second
+	case *age:
+		return "7d", age(7 * 24 * time.Hour)
 	}
 	panic(fmt.Sprintf("no sample for %T", p))
 }
@@ -102,6 +104,7 @@ func TestCommandsTakeTheTablesFlags(t *testing.T) {
 	args := map[commands][]string{
 		cmdServe: {"serve"}, cmdWorker: {"worker"}, cmdMigrate: {"migrate"},
 		cmdToken: {"token", "create"}, cmdBench: {"bench"}, cmdAssets: {"assets", "copy"},
+		cmdPrune: {"prune"}, cmdVacuum: {"vacuum"},
 	}
 	listed := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`)
 	for cmd, a := range args {

@@ -22,7 +22,10 @@ import (
 // place per engine: the rest of the wiring asks it, never the store's type.
 type engine struct {
 	// name says which database, for log lines.
-	name  string
+	name string
+	// store is the engine's store behind a store.Cache: tokens, bindings
+	// and ended batches are remembered, and forgotten within
+	// store.DefaultCacheMaxAge of a deletion by another process.
 	store store.Store
 	// lockStore opens the lock store in the same database (--lock-store
 	// db). The lock packages create their tables if missing; studio's
@@ -36,6 +39,11 @@ type engine struct {
 	// collect registers the collectors that read the database with the
 	// process's metrics: its connection pools and its tasks by state.
 	collect func(*metrics.Metrics) error
+	// reclaim gives the database file's free pages back to the
+	// filesystem after a prune; vacuum rewrites it (SQLite only: nil on
+	// PostgreSQL, whose autovacuum reuses the space).
+	reclaim func(context.Context) (int64, error)
+	vacuum  func(context.Context) (before, after int64, err error)
 	// applied names the migrations the open applied.
 	applied []string
 	// floors are the bare statements `studio bench` measures the store
@@ -94,10 +102,12 @@ func openStore(ctx context.Context, cfg Config) (store.Store, error) {
 func sqliteEngine(s *sqlite.Store, cfg Config) *engine {
 	return &engine{
 		name:      "sqlite:" + cfg.sqlitePath(),
-		store:     s,
+		store:     store.NewCache(s, store.CacheConfig{}),
 		lockStore: func(ctx context.Context) (locks.Store, error) { return sqlitelock.New(ctx, s.DB()) },
 		floors:    sqlite.NewBenchFloors(s),
 		wake:      s.Wake(),
+		reclaim:   s.Reclaim,
+		vacuum:    s.Vacuum,
 		blobs: func() (blob.Store, error) {
 			fs, err := blob.NewFS(filepath.Join(cfg.Data, "assets"))
 			if err != nil {
@@ -121,7 +131,7 @@ func sqliteEngine(s *sqlite.Store, cfg Config) *engine {
 func postgresEngine(s *postgres.Store) *engine {
 	return &engine{
 		name:      "postgres",
-		store:     s,
+		store:     store.NewCache(s, store.CacheConfig{}),
 		lockStore: func(ctx context.Context) (locks.Store, error) { return pglock.New(ctx, s.Pool()) },
 		floors:    postgres.NewBenchFloors(s),
 		wake:      s.Wake(),

@@ -6,6 +6,9 @@
 //	studio worker                        workers only, on the same database
 //	studio migrate                       apply migrations and exit
 //	studio token create --actor NAME     print a new API token for NAME
+//	studio token list | revoke ID        list tokens; revoke one
+//	studio prune --older-than 30d        delete ended batches older than that
+//	studio vacuum                        give SQLite's freed pages back to the filesystem
 //	studio bench                         measure this machine (see docs/bench.md)
 //	studio assets copy --to s3://...     copy the asset bytes to object storage
 //	studio submit FILE [--wait]          submit a generation request to a server (see docs/client.md)
@@ -33,7 +36,10 @@ Usage:
   studio serve    [flags]               HTTP API plus in-process workers
   studio worker   [flags]               workers only, as a separate process on the same database
   studio migrate  [flags]               apply database migrations and exit
-  studio token create --actor NAME      print a new API token for NAME
+  studio token create --actor NAME      print a new API token for NAME (--name LABEL, --expires 90d)
+  studio token list | revoke ID         list tokens (never their secret); revoke one at once
+  studio prune --older-than 30d         delete ended batches older than that ([--dry-run]; serve --retain does it in the background)
+  studio vacuum                         SQLite: give freed pages back to the filesystem (once, for a file made before)
   studio bench    [flags]               measure this machine: each operation beside its floor
   studio assets copy --to s3://...      copy every asset's bytes to object storage (resumable, verified)
   studio help                           this text
@@ -77,7 +83,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runBench(ctx, args[1:], stdout, stderr)
 	case "assets":
 		err = runAssets(ctx, args[1:], stdout, stderr)
-	case "submit", "status", "tasks", "wait", "cancel", "download", "ls":
+	case "prune":
+		err = runPrune(ctx, args[1:], stdout, stderr)
+	case "vacuum":
+		err = runVacuum(ctx, args[1:], stdout, stderr)
+	case "submit", "status", "tasks", "wait", "cancel", "delete", "download", "ls":
 		return runClient(ctx, args[0], args[1:], os.Stdin, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
@@ -163,34 +173,6 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	} else {
 		fmt.Fprintf(stdout, "%d migrations applied: the database is up to date\n", len(applied))
 	}
-	return nil
-}
-
-func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "create" {
-		fmt.Fprint(stderr, "usage: studio token create --actor NAME [--data DIR | --database URL]\n")
-		return errUsage
-	}
-	cfg := DefaultConfig()
-	var actor string
-	fs, applyEnv := newFlagSet(cmdToken, &cfg, stderr)
-	fs.StringVar(&actor, "actor", "", "the actor the token acts for (required)")
-	if err := parse(fs, args[1:], applyEnv); err != nil {
-		return err
-	}
-	if err := validateActor(actor); err != nil {
-		return err
-	}
-	s, err := openStore(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	token, err := createToken(ctx, s, actor)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, token)
 	return nil
 }
 

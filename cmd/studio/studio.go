@@ -38,7 +38,7 @@ type Main struct {
 	Logger *slog.Logger
 
 	engine    *engine
-	store     store.Store // engine.store
+	store     store.Store // engine.store, its deletions counted in the metrics
 	blobs     blob.Store
 	ln        net.Listener
 	server    *http.Server
@@ -93,6 +93,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	if m.Mode == modeServe {
+		m.startRetention()
 		if err := m.startHTTP(deps); err != nil {
 			return err
 		}

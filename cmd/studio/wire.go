@@ -78,6 +78,11 @@ func (m *Main) build(ctx context.Context) (*deps, error) {
 		}
 	}
 	m.metrics = d.metrics
+	removed, err := d.metrics.Retention(m.store.Usage)
+	if err != nil {
+		return nil, err
+	}
+	m.store = countedDeletes{m.store, removed}
 	d.wrap = wrappers{log: m.Logger, metrics: d.metrics, locks: d.locks}
 	if d.gens, d.genMetrics, err = m.generators(d); err != nil {
 		return nil, err

@@ -198,9 +198,9 @@ func scanTask(r pgx.Row) (intent.Task, error) {
 	return t, nil
 }
 
-// ListTasks pages one of the actor's batch's tasks in plan order. Batches
-// are never deleted, so the ownership check and the page need not share a
-// snapshot.
+// ListTasks pages one of the actor's batch's tasks in plan order. The
+// ownership check and the page need not share a snapshot: a batch deleted
+// between the two answers an empty page, as it would a moment later.
 func (s *Store) ListTasks(ctx context.Context, batchID string, p store.ListParams) ([]intent.Task, error) {
 	var owned bool
 	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM batches WHERE id = $1 AND actor = $2)`,
@@ -311,25 +311,6 @@ func scanAsset(r pgx.Row) (intent.Asset, error) {
 
 func getAsset(ctx context.Context, q querier, actor, id string) (intent.Asset, error) {
 	return scanAsset(q.QueryRow(ctx, `SELECT `+assetColumns+` FROM assets WHERE id = $1 AND actor = $2`, id, actor))
-}
-
-// CreateToken stores a token hash for an actor.
-func (s *Store) CreateToken(ctx context.Context, actor, tokenHash string) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO tokens (hash, actor, created_at) VALUES ($1, $2, $3)`,
-		tokenHash, actor, stamp(s.now()))
-	if err != nil {
-		return fmt.Errorf("create token: %w", interpret(err))
-	}
-	return nil
-}
-
-// ActorForToken returns the actor a token hash belongs to.
-func (s *Store) ActorForToken(ctx context.Context, tokenHash string) (string, error) {
-	var actor string
-	if err := s.pool.QueryRow(ctx, `SELECT actor FROM tokens WHERE hash = $1`, tokenHash).Scan(&actor); err != nil {
-		return "", interpret(err)
-	}
-	return actor, nil
 }
 
 // CountTokens counts stored tokens.

@@ -3,9 +3,6 @@ package sqlite
 import (
 	"strings"
 	"sync"
-	"time"
-
-	"studio/intent"
 )
 
 // The intent commit's statements, prepared once on the write connection
@@ -59,48 +56,3 @@ var taskInsertSQLs = sync.OnceValue(func() []string {
 	}
 	return qs
 })
-
-// cacheEntries bounds each of the store's caches (bindings, tokens,
-// batch heads). They remember values that never change once committed,
-// by this process or any other on the file, so a remembered one is
-// always current. Only committed values go in (after the commit, or read
-// from the database); a miss reads the database.
-const cacheEntries = 1 << 14
-
-// bindingKey names a binding.
-type bindingKey struct{ actor, requestID string }
-
-// batchHead is what never changes of a batch: all but its counts, its
-// started flag and its update time. With the head remembered, a batch
-// read reads only those (getCountsSQL): fewer columns, and none of text,
-// which the driver converts and copies one by one. Once every task of
-// the batch has ended, nothing of it changes again (a cancel of an ended
-// batch changes nothing; no task leaves an ended state): then ended holds
-// the whole batch and a read reads nothing.
-type batchHead struct {
-	actor, requestID, prompt string
-	taskCount                int
-	createdAt                time.Time
-	ended                    *intent.Batch
-}
-
-// headOf is b's head; b's whole record too when b has ended.
-func headOf(b intent.Batch) batchHead {
-	h := batchHead{actor: b.Actor, requestID: b.RequestID, prompt: b.Prompt, taskCount: b.TaskCount, createdAt: b.CreatedAt}
-	if hasEnded(b) {
-		h.ended = &b
-	}
-	return h
-}
-
-// batch is the batch of the head with the moving part m.
-func (h batchHead) batch(id string, m moving) intent.Batch {
-	b := intent.Batch{ID: id, Actor: h.actor, RequestID: h.requestID, Prompt: h.prompt, TaskCount: h.taskCount, CreatedAt: h.createdAt}
-	m.apply(&b)
-	return b
-}
-
-// hasEnded says whether every task of b has ended.
-func hasEnded(b intent.Batch) bool {
-	return b.TaskCount > 0 && b.Counts.Ended() == b.TaskCount
-}

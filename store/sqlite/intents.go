@@ -13,11 +13,9 @@ import (
 var _ store.Store = (*Store)(nil)
 
 // LookupIntent is the plain read of a binding, outside any transaction.
-// A binding found once is remembered (it never changes).
+// Nothing of it is remembered here: a binding goes with its batch
+// (DeleteBatch), and store.Cache, above every engine, remembers it.
 func (s *Store) LookupIntent(ctx context.Context, actor, requestID string) (intent.Binding, error) {
-	if b, ok := s.bindings.Get(bindingKey{actor, requestID}); ok {
-		return b, nil
-	}
 	b := intent.Binding{Actor: actor, RequestID: requestID}
 	var created int64
 	if err := s.read(ctx, func(t *tx) error {
@@ -26,7 +24,6 @@ func (s *Store) LookupIntent(ctx context.Context, actor, requestID string) (inte
 		return intent.Binding{}, interpret(err)
 	}
 	b.CreatedAt = fromMS(created)
-	s.bindings.Add(bindingKey{actor, requestID}, b)
 	return b, nil
 }
 
@@ -77,18 +74,12 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 		if found.Operation != b.Operation || found.Fingerprint != b.Fingerprint {
 			return intent.Binding{}, false, &intent.Error{Code: intent.EConflict, Message: intent.ConflictMessage}
 		}
-		s.bindings.Add(bindingKey{found.Actor, found.RequestID}, found)
 		return found, false, nil
 	}
 	s.wake.Publish(store.CreatedWakes(in)...)
 	// As stored (milliseconds), so this process's look-ups answer what
 	// another process or a restart reads.
 	b.CreatedAt = fromMS(now)
-	s.bindings.Add(bindingKey{b.Actor, b.RequestID}, b)
-	if nb := in.Batch; nb != nil {
-		s.heads.Add(nb.ID, batchHead{actor: b.Actor, requestID: b.RequestID, prompt: nb.Prompt,
-			taskCount: len(nb.Tasks), createdAt: fromMS(ms(nb.CreatedAt))}) // a new batch has not ended
-	}
 	return b, true, nil
 }
 
@@ -117,75 +108,37 @@ func insertBatch(t *tx, b intent.Binding, nb *intent.NewBatch) error {
 	return nil
 }
 
-// movingColumns are what moves of a batch (its counts, whether it
-// started, its update time), the tail of batchColumns; scanMoving reads
-// them.
-const (
-	movingColumns = `queued, running, succeeded, failed, canceled, started, updated_at`
-	batchColumns  = `id, actor, request_id, prompt, task_count, created_at, ` + movingColumns
-)
+// batchColumns are what scanBatch reads.
+const batchColumns = `id, actor, request_id, prompt, task_count, created_at, queued, running, succeeded, failed, canceled, started, updated_at`
 
 func scanBatch(r scanner) (intent.Batch, error) {
 	var b intent.Batch
 	// Integers scan into int64: database/sql converts an int64 column into
 	// an int by formatting and parsing it again.
-	var n, created int64
-	var m moving
-	if err := r.Scan(append([]any{&b.ID, &b.Actor, &b.RequestID, &b.Prompt, &n, &created}, m.dest()...)...); err != nil {
+	var n, created, q, ru, su, fa, ca, started, updated int64
+	if err := r.Scan(&b.ID, &b.Actor, &b.RequestID, &b.Prompt, &n, &created, &q, &ru, &su, &fa, &ca, &started, &updated); err != nil {
 		return intent.Batch{}, err
 	}
 	b.TaskCount = int(n)
 	b.CreatedAt = fromMS(created)
-	m.apply(&b)
+	b.Counts = intent.Counts{Queued: int(q), Running: int(ru), Succeeded: int(su), Failed: int(fa), Canceled: int(ca)}
+	b.State = b.Counts.State(started != 0)
+	b.UpdatedAt = fromMS(updated)
 	return b, nil
 }
 
-// moving holds movingColumns as scanned.
-type moving struct{ q, ru, su, fa, ca, started, updated int64 }
-
-func (m *moving) dest() []any {
-	return []any{&m.q, &m.ru, &m.su, &m.fa, &m.ca, &m.started, &m.updated}
-}
-
-func (m moving) apply(b *intent.Batch) {
-	b.Counts = intent.Counts{Queued: int(m.q), Running: int(m.ru), Succeeded: int(m.su), Failed: int(m.fa), Canceled: int(m.ca)}
-	b.State = b.Counts.State(m.started != 0)
-	b.UpdatedAt = fromMS(m.updated)
-}
-
-// GetBatch reads one of the actor's batches. Once its head is
-// remembered, it reads only what moves; once it has ended, nothing.
+// GetBatch reads one of the actor's batches: one point read of its row.
 func (s *Store) GetBatch(ctx context.Context, actor, id string) (intent.Batch, error) {
-	h, ok := s.heads.Get(id)
-	if !ok || h.actor != actor {
-		var b intent.Batch
-		err := s.read(ctx, func(t *tx) (err error) {
-			b, err = scanBatch(t.queryRow(getBatchSQL, id, actor))
-			return err
-		})
-		if err != nil {
-			return intent.Batch{}, interpret(err)
-		}
-		s.heads.Add(id, headOf(b))
-		return b, nil
-	}
-	if h.ended != nil {
-		return *h.ended, nil
-	}
-	var m moving
-	if err := s.read(ctx, func(t *tx) error { return t.queryRow(getCountsSQL, id, actor).Scan(m.dest()...) }); err != nil {
+	var b intent.Batch
+	err := s.read(ctx, func(t *tx) (err error) {
+		b, err = scanBatch(t.queryRow(getBatchSQL, id, actor))
+		return err
+	})
+	if err != nil {
 		return intent.Batch{}, interpret(err)
 	}
-	b := h.batch(id, m)
-	if hasEnded(b) {
-		h.ended = &b
-		s.heads.Add(id, h)
-	}
 	return b, nil
 }
-
-// getCountsSQL reads what moves of a batch (see batchHead).
-const getCountsSQL = `SELECT ` + movingColumns + ` FROM batches WHERE id = ? AND actor = ?`
 
 const getBatchSQL = `SELECT ` + batchColumns + ` FROM batches WHERE id = ? AND actor = ?`
 
@@ -325,35 +278,6 @@ func scanAsset(r scanner) (intent.Asset, error) {
 	}
 	a.CreatedAt = fromMS(created)
 	return a, nil
-}
-
-// CreateToken stores a token hash for an actor.
-func (s *Store) CreateToken(ctx context.Context, actor, tokenHash string) error {
-	err := s.write(ctx, func(t *tx) error {
-		_, err := t.exec(`INSERT INTO tokens (hash, actor, created_at) VALUES (?, ?, ?)`, tokenHash, actor, ms(s.now()))
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("create token: %w", interpret(err))
-	}
-	return nil
-}
-
-// ActorForToken returns the actor a token hash belongs to. A token found
-// once is remembered: tokens are never deleted nor given to another actor.
-// One not found is asked again every time (another process may create it).
-func (s *Store) ActorForToken(ctx context.Context, tokenHash string) (string, error) {
-	if actor, ok := s.tokens.Get(tokenHash); ok {
-		return actor, nil
-	}
-	var actor string
-	if err := s.read(ctx, func(t *tx) error {
-		return t.queryRow(`SELECT actor FROM tokens WHERE hash = ?`, tokenHash).Scan(&actor)
-	}); err != nil {
-		return "", interpret(err)
-	}
-	s.tokens.Add(tokenHash, actor)
-	return actor, nil
 }
 
 // CountTokens counts stored tokens.

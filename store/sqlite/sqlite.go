@@ -34,7 +34,6 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"studio/intent"
-	"studio/internal/memo"
 	"studio/migrations"
 	"studio/wake"
 )
@@ -75,12 +74,6 @@ type Store struct {
 	path    string
 	// applied names the migrations Open applied.
 	applied []string
-	// bindings, tokens and heads remember what never changes once
-	// written: a request id's binding, a token's actor, a batch's head
-	// (commit.go).
-	bindings *memo.Map[bindingKey, intent.Binding]
-	tokens   *memo.Map[string, string] // token hash -> actor
-	heads    *memo.Map[string, batchHead]
 	// wake is the hub the store's commits are published on (wake.go).
 	wake *wake.Hub
 	// onWatch, when set, is called after each look for other processes'
@@ -139,9 +132,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	write.SetMaxIdleConns(1)
 	write.SetConnMaxIdleTime(0)
 	write.SetConnMaxLifetime(0)
-	s := &Store{writeDB: write, now: cfg.Now, path: cfg.Path,
-		bindings: memo.New[bindingKey, intent.Binding](cacheEntries), tokens: memo.New[string, string](cacheEntries),
-		heads: memo.New[string, batchHead](cacheEntries), wake: wake.New()}
+	s := &Store{writeDB: write, now: cfg.Now, path: cfg.Path, wake: wake.New()}
+	if err := s.incrementalIfNew(ctx); err != nil {
+		write.Close()
+		return nil, err
+	}
 	if err := s.migrate(ctx); err != nil {
 		write.Close()
 		return nil, err

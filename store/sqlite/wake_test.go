@@ -53,3 +53,14 @@ func TestWakesAcrossProcesses(t *testing.T) {
 		t.Fatalf("own commit: due %b, ids %v (any %v); want tasks of %s only", p.Due, ids, all, in.Batch.ID)
 	}
 }
+
+// openStore opens a store on path, closed when the test ends.
+func openStore(t *testing.T, path string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}

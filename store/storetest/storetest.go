@@ -80,6 +80,10 @@ func Run(t *testing.T, h Harness) {
 		{"WatchBatch", testWatchBatch},
 		{"Wakes", testWakes},
 		{"ListPublications", testListPublications},
+		{"TokenLifecycle", testTokenLifecycle},
+		{"DeleteBatch", testDeleteBatch},
+		{"Prune", testPrune},
+		{"CacheAcrossStores", testCacheAcrossStores},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
