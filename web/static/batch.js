@@ -9,7 +9,7 @@
 // page's CSP allows img-src blob:), revoked when the page is left.
 
 import {api, ApiError, listAll, LostAnswer, newRequestID, token} from './api.js';
-import {h, problemView, replace, stateBadge, when} from './dom.js';
+import {failureView, h, problemView, replace, stateBadge, when} from './dom.js';
 import {follow, Unsupported} from './sse.js';
 
 const TERMINAL = new Set(['succeeded', 'failed', 'canceled']);
@@ -319,7 +319,9 @@ export async function batchView(main, id, cat, signal) {
       if (!data.next_cursor || !items.length || items[items.length - 1].id < batch.id) return;
       cursor = data.next_cursor;
     }
-  })().catch(() => {});
+  })().catch((err) => {
+    if (!signal.aborted) pubList.before(failureView(err, 'Earlier publications could not be listed.'));
+  });
 
   if (TERMINAL.has(batch.state)) {
     live.textContent = 'ended';
@@ -350,7 +352,9 @@ export async function batchView(main, id, cat, signal) {
           if (!connected) {
             // What changed between the first read and the stream's start.
             connected = true;
-            reread().catch(() => {});
+            reread().catch((err) => {
+              if (!signal.aborted) grid.before(failureView(err, 'The tasks could not be read again; the live updates go on.'));
+            });
           }
         } else if (ev.type === 'task') {
           apply(data);

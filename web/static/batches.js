@@ -1,7 +1,7 @@
 // The actor's batches, newest first (GET /v1/batches, cursor pages).
 
 import {api} from './api.js';
-import {h, replace, stateBadge, when} from './dom.js';
+import {failureView, h, replace, stateBadge, when} from './dom.js';
 
 export async function batchesView(main, signal) {
   const body = h('tbody');
@@ -30,7 +30,14 @@ export async function batchesView(main, signal) {
     more.disabled = false;
     empty.hidden = body.children.length > 0;
   }
-  more.addEventListener('click', () => page().catch(() => { more.disabled = false; }));
+  const failed = h('div', {'aria-live': 'polite'});
+  more.addEventListener('click', () => {
+    replace(failed);
+    page().catch((err) => {
+      more.disabled = false;
+      if (!signal.aborted) replace(failed, failureView(err, 'The next page could not be read.'));
+    });
+  });
 
   replace(main,
     h('h1', {}, 'Batches'),
@@ -41,6 +48,7 @@ export async function batchesView(main, signal) {
         h('th', {scope: 'col', class: 'num'}, 'Canceled'), h('th', {scope: 'col'}, 'Created'))),
       body),
     empty,
+    failed,
     h('div', {class: 'actions'}, more, h('button', {type: 'button', onclick: () => { body.replaceChildren(); cursor = null; page(); }}, 'Refresh')));
   await page();
 }

@@ -63,3 +63,11 @@ export function problemView(err, lead) {
     fields.length ? h('ul', {class: 'errors'},
       fields.map((f) => h('li', {'data-field': f.field}, h('code', {}, f.field), ' ', f.message))) : null);
 }
+
+// failureView shows any failed call: the API's problem, or why no answer
+// came, after lead.
+export function failureView(err, lead) {
+  if (err && err.name === 'ApiError') return problemView(err, lead);
+  const why = err && err.name === 'LostAnswer' ? `No answer from studio: ${err.reason}.` : String((err && err.message) || err);
+  return h('div', {class: 'notice warn', role: 'alert'}, h('p', {}, h('strong', {}, lead), ' ', why));
+}
