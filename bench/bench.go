@@ -27,6 +27,7 @@ import (
 	"studio/locks"
 	"studio/planner"
 	"studio/store"
+	"studio/wake"
 )
 
 // Floors are the bare statements an engine's store is measured against:
@@ -66,6 +67,12 @@ type Config struct {
 	// loopback with no workers, and returns its address (host:port) and a
 	// function that stops it.
 	Serve func(ctx context.Context) (addr string, stop func() error, err error)
+	// ServeShared is Serve on Store itself (the same value, so the same
+	// hub), as one `studio serve` process runs its HTTP API and its
+	// workers; nil leaves out the live operations.
+	ServeShared func(ctx context.Context) (addr string, stop func() error, err error)
+	// Wake is Store's hub (store.Waker), for the bench's worker pools.
+	Wake *wake.Hub
 	// Workers starts n `studio worker` processes (4 tasks at once each) on
 	// the same database, their asset bytes in assets ("" = the engine's
 	// own store, an s3:// URL = that object store), and answers a function
@@ -107,6 +114,24 @@ var ops = []Op{
 		run: func(b *bench) (*Result, error) { return b.drain(1) }},
 	{Name: "drain_4", What: "tasks/s of 4 workers, noop generator, vs claim + complete alone batched the same way",
 		run: func(b *bench) (*Result, error) { return b.drain(4) }, Target: ">= 5500/s", goal: func(r *Result) bool { return r.PerS >= 5500 }},
+	{Name: "dispatch", What: "201 of a 1-task batch -> its task claimed, workers in the server's process; floor: the workers polling only",
+		run: func(b *bench) (*Result, error) { return b.liveOp(liveDispatch, false) }},
+	{Name: "dispatch_apart", What: "the same, the workers in another process (their own store and hub) on the same database",
+		run: func(b *bench) (*Result, error) { return b.liveOp(liveDispatch, true) }},
+	{Name: "first_result", What: "201 -> the batch's done event on its events stream (no-op generator), workers in the server's process; floor: polling only",
+		run: func(b *bench) (*Result, error) { return b.liveOp(liveFirstResult, false) }},
+	{Name: "first_result_apart", What: "the same, the workers in another process",
+		run: func(b *bench) (*Result, error) { return b.liveOp(liveFirstResult, true) }},
+	{Name: "event_lag", What: "a task's completion committed -> its task event read from the events stream of the same process",
+		run: func(b *bench) (*Result, error) { return b.liveOp(liveEventLag, false) }},
+	{Name: "event_lag_apart", What: "the same, the completion committed by another process than the stream's",
+		run: func(b *bench) (*Result, error) { return b.liveOp(liveEventLag, true) }},
+	{Name: "cancel_lag", What: "cancel answered -> the running generator call's context done, same process; floor: polling only (3 s lease, renewed every second)",
+		run: func(b *bench) (*Result, error) { return b.liveOp(liveCancelLag, false) }},
+	{Name: "cancel_lag_apart", What: "the same, the worker in another process than the server that answered the cancel",
+		run: func(b *bench) (*Result, error) { return b.liveOp(liveCancelLag, true) }},
+	{Name: "herd_600", What: "claims that found nothing per task created, 5 creates of 600 tasks at once, 4 workers; floor: polling only",
+		run: (*bench).herd},
 	{Name: "assets_drain_1", What: "tasks/s of 1 worker process, 512x512 images (256 KiB), PostgreSQL: assets in the object store (--assets) vs the blobs table; WAL bytes per task of each",
 		run: func(b *bench) (*Result, error) { return b.drainAssets(1) }, Target: ">= 1.5x, < 4 KB WAL/task", goal: assetsGoal, optIn: true},
 	{Name: "assets_drain_2", What: "the same with 2 worker processes",
@@ -167,6 +192,10 @@ type Result struct {
 	FloorPerS *float64 `json:"floor_per_s,omitempty"`
 	// PlansPerRound is storm_64's count of plans per round (must be 1).
 	PlansPerRound *float64 `json:"plans_per_round,omitempty"`
+	// EmptyPerTask is herd_600's claims that found nothing per task
+	// created, with wake-ups; FloorEmptyPerTask polling only.
+	EmptyPerTask      *float64 `json:"empty_claims_per_task,omitempty"`
+	FloorEmptyPerTask *float64 `json:"floor_empty_claims_per_task,omitempty"`
 	// WALBytesPerTask and FloorWALBytesPerTask are the WAL each task
 	// wrote, with the operation's store and the floor's (assets_drain).
 	WALBytesPerTask      *float64 `json:"wal_bytes_per_task,omitempty"`

@@ -25,6 +25,9 @@ func PrintTable(w io.Writer, ops []Op, results []*Result) {
 		if r.PlansPerRound != nil {
 			ratio = fmt.Sprintf("%g plan/round", *r.PlansPerRound)
 		}
+		if r.EmptyPerTask != nil && r.FloorEmptyPerTask != nil {
+			ratio = fmt.Sprintf("%.3f empty claims/task (floor %.3f)", *r.EmptyPerTask, *r.FloorEmptyPerTask)
+		}
 		if ops[i].goal != nil {
 			verdict = "missed"
 			if ops[i].Met(r) {

@@ -19,16 +19,18 @@ import (
 // Events tunes GET /v1/batches/{id}/events.
 type Events struct {
 	// Poll is how often a stream reads its batch's changes from the
-	// database (changes made by any process are found this way); 250ms by
-	// default.
+	// database even when nothing woke it (the safety net: the store's hub
+	// wakes it for changes of this process, and of others as far as the
+	// engine carries them); 250ms by default.
 	Poll time.Duration
 	// Heartbeat is how long a stream may stay silent before it sends a
 	// comment line to keep proxies from closing it; 15s by default.
 	Heartbeat time.Duration
 	// Gap is the least time between two reads of a stream woken by
-	// changes made in this process (which wake it at once, without
-	// waiting for the poll): a batch whose tasks change many times a
-	// second is read at most once per Gap. 50ms by default.
+	// changes (which wake it at once, without waiting for the poll): a
+	// batch whose tasks change many times a second is read at most once
+	// per Gap. 5ms by default: a change right after another shows within
+	// it.
 	Gap time.Duration
 }
 
@@ -36,7 +38,7 @@ type Events struct {
 const (
 	DefaultEventPoll      = 250 * time.Millisecond
 	DefaultEventHeartbeat = 15 * time.Second
-	DefaultEventGap       = 50 * time.Millisecond
+	DefaultEventGap       = 5 * time.Millisecond
 )
 
 // eventCursor is where a stream stands, and what its event ids encode:
@@ -138,6 +140,12 @@ func (s *Server) batchEvents(w http.ResponseWriter, r *http.Request) {
 	heartbeat := time.NewTimer(s.events.Heartbeat)
 	defer heartbeat.Stop()
 	var gapOver <-chan time.Time
+	// again fires after a read that found changes committed but not yet
+	// readable (store.Changes.Pending): they come in a moment, and the
+	// stream reads again then rather than at its next poll; a Gap first,
+	// doubling while they stay pending (a long transaction elsewhere).
+	var again <-chan time.Time
+	pendingWait := s.events.Gap
 	for {
 		if rd != nil {
 			st.wrote = false
@@ -168,6 +176,9 @@ func (s *Server) batchEvents(w http.ResponseWriter, r *http.Request) {
 			heartbeat.Reset(s.events.Heartbeat)
 		case <-gapOver:
 			gapOver = nil
+		case <-again:
+			again = nil
+			read = true
 		case <-wake:
 			read = true
 			gapOver = time.After(s.events.Gap)
@@ -186,6 +197,13 @@ func (s *Server) batchEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			rd = &next
+			switch {
+			case !next.pending:
+				pendingWait = s.events.Gap
+			case again == nil && pendingWait < s.events.Poll:
+				again = time.After(pendingWait)
+				pendingWait *= 2
+			}
 		}
 	}
 }

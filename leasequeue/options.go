@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"time"
+
+	"studio/wake"
 )
 
 // Defaults of Options.
@@ -19,6 +21,11 @@ const (
 	DefaultGrace       = 10 * time.Second
 	DefaultPollMin     = 20 * time.Millisecond
 	DefaultPollMax     = time.Second
+	// DefaultWokenPollMax is PollMax's default with Options.Wake: the
+	// wake-ups bring the work, the poll is the safety net (a lease that
+	// expired in a process that died, a retry's backoff over in another
+	// process on SQLite).
+	DefaultWokenPollMax = 5 * time.Second
 )
 
 // Options configure a worker of a lease queue, whatever its kind: the
@@ -43,8 +50,15 @@ type Options struct {
 	// contexts with ErrStopping; either way their leases are handed back.
 	Grace time.Duration
 	// PollMin and PollMax bound the wait between claims that found nothing
-	// (doubling from PollMin, with jitter).
+	// (doubling from PollMin, with jitter); PollMax is DefaultWokenPollMax
+	// by default when Wake is set.
 	PollMin, PollMax time.Duration
+	// Wake, when set, is the store's hub: the runner claims as soon as
+	// work is there, not at its next poll (Config.WakeOn), and a cancel
+	// stops the items of the parent it names (see Parenter). The polls
+	// stay: they find what no event told of (a lease that expired in a
+	// process that died, work of a process the hub does not hear).
+	Wake *wake.Hub
 	// Logger gets the runner's and the handler's lines; nil discards.
 	Logger *slog.Logger
 	// Now is the local clock for lease deadlines; time.Now by default.
@@ -70,6 +84,9 @@ func (o Options) WithDefaults(prefix string) (Options, error) {
 	def(&o.RetryMax, DefaultRetryMax)
 	def(&o.Grace, DefaultGrace)
 	def(&o.PollMin, DefaultPollMin)
+	if o.Wake != nil {
+		def(&o.PollMax, DefaultWokenPollMax)
+	}
 	def(&o.PollMax, DefaultPollMax)
 	o.PollMax = max(o.PollMax, o.PollMin)
 	if o.Logger == nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"studio/store"
+	"studio/wake"
 )
 
 // Causes with which a Runner ends an item's context; a handler tells them
@@ -43,6 +44,16 @@ type Handler[T any] interface {
 	Run(ctx context.Context, s *Session, item T)
 }
 
+// Parenter is a Handler whose items belong to parents that can be asked
+// to cancel (a task's batch). With Options.Wake, a wake.Cancel event that
+// names a parent ends the contexts of its items the runner holds at once,
+// with ErrCanceled; one of any parent makes the runner renew every lease
+// at once, and the renewal says which were canceled.
+type Parenter[T any] interface {
+	// Parent names the item's parent, as wake.Cancel events name it.
+	Parent(item T) string
+}
+
 // Renewer renews leases: store.LeaseStore has it.
 type Renewer interface {
 	RenewLeases(ctx context.Context, p store.RenewParams) (store.RenewResult, error)
@@ -69,6 +80,9 @@ type Config struct {
 	// OnStart and OnStop, when set, are called when a Start starts the
 	// runner and when a Stop has stopped it (for log lines).
 	OnStart, OnStop func()
+	// WakeOn are the kinds of Options.Wake's events that mean work to
+	// claim (due now, or at their At).
+	WakeOn wake.Kind
 }
 
 // Claiming ahead (Config.ClaimAhead).
@@ -99,6 +113,25 @@ type Runner[T any] struct {
 
 	mu  sync.Mutex
 	cur *run[T] // nil while stopped
+
+	stats stats
+}
+
+// stats counts a runner's claims, over all its sessions.
+type stats struct {
+	claims, empty atomic.Int64
+}
+
+// Stats are counts of a runner's claims since it was made.
+type Stats struct {
+	// Claims counts the calls of Handler.Claim; Empty those that found
+	// nothing (an idle poll, or a wake-up whose work another took).
+	Claims, Empty int64
+}
+
+// Stats answers the runner's counts so far.
+func (r *Runner[T]) Stats() Stats {
+	return Stats{Claims: r.stats.claims.Load(), Empty: r.stats.empty.Load()}
 }
 
 // New checks cfg and returns a stopped runner of h.
@@ -118,7 +151,7 @@ func (r *Runner[T]) Start(ctx context.Context) error {
 		r.mu.Lock()
 		cur := r.cur
 		if cur == nil {
-			r.cur = newRun(context.WithoutCancel(ctx), r.cfg, r.h)
+			r.cur = newRun(context.WithoutCancel(ctx), r.cfg, r.h, &r.stats)
 			r.cur.start()
 			r.mu.Unlock()
 			return nil
@@ -238,19 +271,28 @@ type run[T any] struct {
 	held map[string]*held[T]
 	wake chan struct{} // a held item ended
 
+	stats *stats
+	// sub hears Options.Wake; claimNow and renewNow are its pokes of the
+	// fetch and renewal loops (capacity one: a poke waiting is enough).
+	sub                *wake.Sub
+	claimNow, renewNow chan struct{}
+
 	itemsWG sync.WaitGroup
 	fetchWG sync.WaitGroup
 	bgWG    sync.WaitGroup
 }
 
-func newRun[T any](base context.Context, cfg Config, h Handler[T]) *run[T] {
+func newRun[T any](base context.Context, cfg Config, h Handler[T], st *stats) *run[T] {
 	r := &run[T]{
-		cfg:  cfg,
-		h:    h,
-		s:    &Session{stopCh: make(chan struct{}), outage: store.NewOutage(cfg.Logger, cfg.Owner)},
-		done: make(chan struct{}),
-		held: map[string]*held[T]{},
-		wake: make(chan struct{}, 1),
+		cfg:      cfg,
+		h:        h,
+		s:        &Session{stopCh: make(chan struct{}), outage: store.NewOutage(cfg.Logger, cfg.Owner)},
+		done:     make(chan struct{}),
+		held:     map[string]*held[T]{},
+		wake:     make(chan struct{}, 1),
+		stats:    st,
+		claimNow: make(chan struct{}, 1),
+		renewNow: make(chan struct{}, 1),
 	}
 	r.s.bg, r.stopBg = context.WithCancel(base)
 	r.s.stopCtx, r.s.endStop = context.WithCancel(base)
@@ -265,6 +307,15 @@ func (r *run[T]) start() {
 	}
 	r.bgWG.Add(1)
 	go func() { defer r.bgWG.Done(); r.renewLoop() }()
+	if r.cfg.Wake != nil {
+		kinds := r.cfg.WakeOn
+		if _, ok := r.h.(Parenter[T]); ok {
+			kinds |= wake.Cancel
+		}
+		r.sub = r.cfg.Wake.Subscribe(kinds)
+		r.bgWG.Add(1)
+		go func() { defer r.bgWG.Done(); r.wakeLoop() }()
+	}
 	r.fetchWG.Add(1)
 	go func() { defer r.fetchWG.Done(); r.fetchLoop() }()
 	if r.cfg.OnStart != nil {
@@ -305,15 +356,86 @@ func (r *run[T]) stop(ctx context.Context) {
 	<-r.done
 }
 
-// sleep waits d, or until the runner stops; it answers false on stop.
+// sleep waits d, or until a wake-up says there is work, or until the
+// runner stops; it answers false on stop.
 func (r *run[T]) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
+	case <-r.claimNow:
+		return true
 	case <-r.s.stopCh:
 		return false
+	}
+}
+
+// poke wakes a loop waiting on ch (claimNow, renewNow), now or at its
+// next wait.
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// wakeLoop turns the hub's events into pokes: work due now makes the
+// fetch loop claim; work due later (a retry's backoff) makes it claim
+// then; a cancel ends the items of the parents named, or renews every
+// lease when it names none. It runs until every item has ended.
+func (r *run[T]) wakeLoop() {
+	defer r.sub.Close()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var at time.Time // when the timer fires; zero when it is stopped
+	for {
+		select {
+		case <-r.s.bg.Done():
+			return
+		case <-timer.C:
+			at = time.Time{}
+			poke(r.claimNow)
+			continue
+		case <-r.sub.C():
+		}
+		now := r.cfg.Now()
+		p := r.sub.Take(now)
+		if p.Due&r.cfg.WakeOn != 0 {
+			poke(r.claimNow)
+		}
+		if !p.Next.IsZero() && (at.IsZero() || p.Next.Before(at)) {
+			at = p.Next
+			timer.Reset(at.Sub(now))
+		}
+		if p.Due&wake.Cancel != 0 {
+			ids, all := p.IDs(wake.Cancel)
+			if all {
+				poke(r.renewNow)
+			} else {
+				r.cancelParents(ids)
+			}
+		}
+	}
+}
+
+// cancelParents ends, with ErrCanceled, the items held whose parent is
+// one of ids.
+func (r *run[T]) cancelParents(ids []string) {
+	p, ok := r.h.(Parenter[T])
+	if !ok || len(ids) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, h := range r.held {
+		for _, id := range ids {
+			if p.Parent(h.item) == id {
+				h.cancel(ErrCanceled)
+				break
+			}
+		}
 	}
 }
 
@@ -376,7 +498,17 @@ func (r *run[T]) fetchLoop() {
 			return
 		}
 		t0 := r.cfg.Now()
+		// A poke from before this claim is answered by it; one that comes
+		// while it runs stays, for work it may not have seen.
+		select {
+		case <-r.claimNow:
+		default:
+		}
 		items, err := r.h.Claim(r.s.bg, r.cfg.Owner, room, r.cfg.LeaseTTL)
+		r.stats.claims.Add(1)
+		if err == nil && len(items) == 0 {
+			r.stats.empty.Add(1)
+		}
 		switch {
 		case err == nil:
 			r.s.outage.OK()
@@ -464,6 +596,7 @@ func (r *run[T]) renewLoop() {
 		case <-r.s.bg.Done():
 			return
 		case <-t.C:
+		case <-r.renewNow:
 		}
 		r.renewOnce()
 	}
@@ -507,6 +640,9 @@ func (r *run[T]) renewOnce() {
 			for _, k := range res.Canceled {
 				isCanceled[k] = true
 			}
+			if len(res.Lost) > 0 {
+				poke(r.claimNow) // an expired lease is claimable again
+			}
 			for i, h := range live {
 				key := leases[i].ID
 				switch {
@@ -529,6 +665,7 @@ func (r *run[T]) renewOnce() {
 	for _, h := range live {
 		if now >= h.deadline.Load() {
 			h.cancel(store.ErrLeaseLost)
+			poke(r.claimNow)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"studio/intent"
 	"studio/leasequeue"
 	"studio/store"
+	"studio/wake"
 )
 
 // Outcome is how one try of an item ended, for Config.Observe.
@@ -93,6 +94,7 @@ func New(cfg Config) (*Runner, error) {
 		Options: runnerOptions,
 		Leases:  c.Store,
 		Loops:   []func(context.Context){h.completions.Loop},
+		WakeOn:  wake.Items,
 	}, h)
 	if err != nil {
 		return nil, fmt.Errorf("new publish runner: %w", err)

@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 
 	"studio/intent"
 )
@@ -24,8 +22,10 @@ type ChangeStore interface {
 	// most p.Limit, after the publication id p.After when set.
 	ListPublications(ctx context.Context, p ListParams) ([]intent.Publication, error)
 	// WatchBatch returns a channel closed when a task of the batch
-	// changes through this store value (this process), and the release
-	// to call once the caller stops waiting: see ChangeSignal.
+	// changes (a commit through this store value, or one of another
+	// process that the store's hub hears of), and the release to call
+	// once the caller stops waiting: see wake.Hub.Watch. A hint only: the
+	// caller still polls.
 	WatchBatch(batchID string) (<-chan struct{}, func())
 }
 
@@ -54,89 +54,4 @@ type Changes struct {
 	// transaction id is above the oldest one still running); a later read
 	// will return them. The batch may already count them.
 	Pending bool
-}
-
-// ChangeSignal wakes, within one process, the readers of a batch's
-// changes when a task of the batch changed in this process: a live
-// stream then reads at once instead of at its next poll. It is a hint
-// only: changes that other processes commit are found by polling, and a
-// woken reader reads BatchChanges like a polling one, so a wake-up missed
-// or spurious costs a delay or a read, never an event.
-type ChangeSignal struct {
-	waiting atomic.Int64 // waiters in w: Notify's fast path when none
-	mu      sync.Mutex
-	w       map[string]*changeWaiter
-}
-
-type changeWaiter struct {
-	ch chan struct{}
-	n  int
-}
-
-// Wait returns a channel closed by the next Notify of batchID, and the
-// release the caller calls once it no longer waits on the channel.
-func (s *ChangeSignal) Wait(batchID string) (<-chan struct{}, func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.w == nil {
-		s.w = map[string]*changeWaiter{}
-	}
-	w := s.w[batchID]
-	if w == nil {
-		w = &changeWaiter{ch: make(chan struct{})}
-		s.w[batchID] = w
-	}
-	w.n++
-	s.waiting.Add(1)
-	var once sync.Once
-	return w.ch, func() {
-		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if s.w[batchID] != w {
-				return // woken: Notify counted it out
-			}
-			w.n--
-			s.waiting.Add(-1)
-			if w.n == 0 {
-				delete(s.w, batchID)
-			}
-		})
-	}
-}
-
-// Notify wakes the waiters of each batch: their channels close, and a
-// later Wait gets a new one. A store calls it after a commit that changed
-// tasks of these batches.
-func (s *ChangeSignal) Notify(batchIDs ...string) {
-	if s.waiting.Load() == 0 {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, id := range batchIDs {
-		s.wakeLocked(id)
-	}
-}
-
-// NotifyMoved is Notify of the batches whose counts d moves: a commit's
-// deltas. With nobody waiting it costs one atomic load.
-func (s *ChangeSignal) NotifyMoved(d CountDeltas) {
-	if s.waiting.Load() == 0 {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for id := range d {
-		s.wakeLocked(id)
-	}
-}
-
-// wakeLocked wakes the waiters of one batch. s.mu is held.
-func (s *ChangeSignal) wakeLocked(id string) {
-	if w := s.w[id]; w != nil {
-		close(w.ch)
-		delete(s.w, id)
-		s.waiting.Add(-int64(w.n))
-	}
 }

@@ -11,6 +11,7 @@ import (
 	"studio/intent"
 	"studio/leasequeue"
 	"studio/store"
+	"studio/wake"
 )
 
 // Defaults of Config beyond leasequeue.Options'.
@@ -187,6 +188,7 @@ func New(cfg Config) (*Pool, error) {
 		Leases:     c.Store,
 		ClaimAhead: true,
 		Loops:      loops,
+		WakeOn:     wake.Tasks,
 		OnStart: func() {
 			c.Logger.Info("workers started", "owner", c.Owner, "concurrency", c.Concurrency,
 				"lease_ttl", c.LeaseTTL.String(), "max_attempts", c.MaxAttempts)
@@ -203,6 +205,10 @@ func New(cfg Config) (*Pool, error) {
 // Stop (ctx only carries values). Starting a started pool does nothing;
 // starting a pool that is stopping waits for the stop to end, then starts.
 func (p *Pool) Start(ctx context.Context) error { return p.runner.Start(ctx) }
+
+// Stats are the pool's counts of claims (all, and those that found
+// nothing) since it was made.
+func (p *Pool) Stats() leasequeue.Stats { return p.runner.Stats() }
 
 // Stop stops claiming, lets running steps end within Grace (or until ctx
 // ends), hands the leases of unfinished tasks back, and returns once every

@@ -108,6 +108,10 @@ func (h *tasks) Claim(ctx context.Context, owner string, limit int, ttl time.Dur
 // Lease is the task's lease.
 func (h *tasks) Lease(tr *taskRun) store.Lease { return tr.c.Lease }
 
+// Parent is the task's batch: a cancel of the batch (wake.Cancel) ends the
+// task's context at once (leasequeue.Parenter).
+func (h *tasks) Parent(tr *taskRun) string { return tr.c.BatchID }
+
 // Run runs a claimed task to its end and records it.
 func (h *tasks) Run(ctx context.Context, s *leasequeue.Session, tr *taskRun) {
 	tr.ctx, tr.cancel = context.WithCancelCause(ctx)

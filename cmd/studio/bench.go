@@ -164,19 +164,10 @@ func benchConfig(cfg Config, e *engine, redisURL string) (bench.Config, func()) 
 		NewToken: func(ctx context.Context, actor string) (string, error) {
 			return createToken(ctx, e.store, actor)
 		},
-		Serve: func(ctx context.Context) (string, func() error, error) {
-			c := cfg
-			c.Addr = "127.0.0.1:0"
-			c.Workers = 0
-			c.DebugAddr = ""
-			m := NewMain(c, modeServe, io.Discard, io.Discard)
-			if err := m.Run(ctx); err != nil {
-				m.Close()
-				return "", nil, err
-			}
-			return m.Addr(), m.Close, nil
-		},
-		Assets: cfg.Assets,
+		Serve:       func(ctx context.Context) (string, func() error, error) { return benchServe(ctx, cfg, nil) },
+		ServeShared: func(ctx context.Context) (string, func() error, error) { return benchServe(ctx, cfg, e) },
+		Wake:        e.wake,
+		Assets:      cfg.Assets,
 		Workers: func(ctx context.Context, n int, assets string) (func() error, error) {
 			return startBenchWorkers(ctx, cfg, n, assets)
 		},
@@ -267,4 +258,21 @@ func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (f
 		}
 	}
 	return stop, nil
+}
+
+// benchServe starts the whole program serving HTTP on loopback with no
+// workers: on the engine shared (the bench's own store value) or, when it
+// is nil, on a store of its own, as another process has it.
+func benchServe(ctx context.Context, cfg Config, shared *engine) (string, func() error, error) {
+	c := cfg
+	c.Addr = "127.0.0.1:0"
+	c.Workers = 0
+	c.DebugAddr = ""
+	m := NewMain(c, modeServe, io.Discard, io.Discard)
+	m.engine = shared
+	if err := m.Run(ctx); err != nil {
+		m.Close()
+		return "", nil, err
+	}
+	return m.Addr(), m.Close, nil
 }

@@ -151,3 +151,51 @@ func TestBenchPostgres(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchLive runs the live operations with two samples a side, on
+// SQLite and (with STUDIO_TEST_POSTGRES_URL) PostgreSQL: every one
+// answers latencies, the ones with a floor answer it, herd_600 counts
+// the claims that found nothing on both sides.
+func TestBenchLive(t *testing.T) {
+	t.Parallel()
+	want := []string{"dispatch", "dispatch_apart", "first_result", "first_result_apart", "event_lag", "event_lag_apart",
+		"cancel_lag", "cancel_lag_apart", "herd_600"}
+	for _, name := range []string{"sqlite", "postgres"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var extra []string
+			if name == "postgres" {
+				u, _ := pgtest.Schema(t)
+				extra = []string{"--database", u}
+			}
+			var stdout, stderr bytes.Buffer
+			args := append([]string{"bench", "--data", t.TempDir(), "--json", "--n", "2", "--ops", "dispatch,first_result,event_lag,cancel_lag,herd_600"}, extra...)
+			if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d\n%s", code, stderr.String())
+			}
+			lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+			if len(lines) != len(want) {
+				t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), stdout.String())
+			}
+			for i, line := range lines {
+				var r bench.Result
+				if err := json.Unmarshal([]byte(line), &r); err != nil {
+					t.Fatal(err)
+				}
+				wantN := 2
+				if r.Op == "herd_600" {
+					wantN = 3 // rounds a side
+				}
+				if r.Op != want[i] || r.N != wantN || r.P99US < r.MedianUS {
+					t.Errorf("line %d: %s", i, line)
+				}
+				if hasFloor := !strings.HasPrefix(r.Op, "event_lag"); (r.FloorMedianUS != nil) != hasFloor {
+					t.Errorf("%s: floor %v, want one: %v", r.Op, r.FloorMedianUS, hasFloor)
+				}
+				if r.Op == "herd_600" && (r.EmptyPerTask == nil || r.FloorEmptyPerTask == nil) {
+					t.Errorf("herd_600: %s", line)
+				}
+			}
+		})
+	}
+}

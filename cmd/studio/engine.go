@@ -15,6 +15,7 @@ import (
 	"studio/store"
 	"studio/store/postgres"
 	"studio/store/sqlite"
+	"studio/wake"
 )
 
 // engine is what one database engine brings to a process, made in one
@@ -48,6 +49,10 @@ type engine struct {
 	// floors are the bare statements `studio bench` measures the store
 	// against.
 	floors bench.Floors
+	// wake is the store's hub: its commits' wake-ups, and those of other
+	// processes the engine hears (NOTIFY on PostgreSQL, data_version on
+	// SQLite), for the workers, the publisher and the events streams.
+	wake *wake.Hub
 }
 
 // openEngine opens the configured database and applies pending migrations.
@@ -100,6 +105,7 @@ func sqliteEngine(s *sqlite.Store, cfg Config) *engine {
 		store:     store.NewCache(s, store.CacheConfig{}),
 		lockStore: func(ctx context.Context) (locks.Store, error) { return sqlitelock.New(ctx, s.DB()) },
 		floors:    sqlite.NewBenchFloors(s),
+		wake:      s.Wake(),
 		reclaim:   s.Reclaim,
 		vacuum:    s.Vacuum,
 		blobs: func() (blob.Store, error) {
@@ -128,6 +134,7 @@ func postgresEngine(s *postgres.Store) *engine {
 		store:     store.NewCache(s, store.CacheConfig{}),
 		lockStore: func(ctx context.Context) (locks.Store, error) { return pglock.New(ctx, s.Pool()) },
 		floors:    postgres.NewBenchFloors(s),
+		wake:      s.Wake(),
 		blobs:     func() (blob.Store, error) { return postgres.NewBlobStore(s), nil },
 		collect: func(mx *metrics.Metrics) error {
 			if err := mx.Registry().Register(newPgxPoolCollector(s.Pool())); err != nil {

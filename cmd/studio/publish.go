@@ -72,6 +72,7 @@ func (m *Main) startPublisher(ctx context.Context, d *deps) error {
 			MaxAttempts: cfg.MaxAttempts,
 			RetryBase:   cfg.RetryBase,
 			Grace:       cfg.Grace,
+			Wake:        m.engine.wake,
 			Logger:      m.Logger.With("component", "publisher"),
 		},
 		Store:    m.store,

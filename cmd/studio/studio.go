@@ -64,12 +64,15 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := makeDataDir(cfg.Data); err != nil {
 		return err
 	}
-	e, err := openEngine(ctx, cfg)
-	if err != nil {
-		return err
+	e := m.engine // set before Run: a store the caller owns (studio bench)
+	if e == nil {
+		var err error
+		if e, err = openEngine(ctx, cfg); err != nil {
+			return err
+		}
+		m.onClose(func(context.Context) error { return e.store.Close() })
 	}
 	m.engine, m.store = e, e.store
-	m.onClose(func(context.Context) error { return e.store.Close() })
 	for _, name := range e.applied {
 		m.Logger.Info("migration applied", "migration", name)
 	}

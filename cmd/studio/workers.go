@@ -41,6 +41,7 @@ func (m *Main) startWorkers(ctx context.Context, d *deps) error {
 			MaxAttempts: cfg.MaxAttempts,
 			RetryBase:   cfg.RetryBase,
 			Grace:       cfg.Grace,
+			Wake:        m.engine.wake,
 			Logger:      m.Logger.With("component", "worker"),
 		},
 		Store:      m.store,

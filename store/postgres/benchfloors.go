@@ -28,7 +28,7 @@ func (f BenchFloors) Commit(ctx context.Context, in intent.NewIntent) error {
 			VALUES ($1, $2, $3, $4, $5, $6)`, bd.Actor, bd.RequestID, bd.Operation, bd.Fingerprint, bd.ResourceID, bd.CreatedAt); err != nil {
 			return err
 		}
-		return insertBatch(ctx, tx, bd, nb, rows)
+		return insertBatch(ctx, tx, bd, nb, rows, "")
 	})
 }
 

@@ -58,6 +58,7 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 		rows = taskRows(b.Actor, in.Batch) // encoded before BEGIN
 	}
 
+	wakes := store.CreatedWakes(in)
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
@@ -82,9 +83,9 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 		return found, false, nil
 	}
 	if in.Batch != nil {
-		err = insertBatch(ctx, tx, b, in.Batch, rows)
-	} else {
-		err = insertPublication(ctx, tx, b, in.Publication)
+		err = insertBatch(ctx, tx, b, in.Batch, rows, s.payload(wakes))
+	} else if err = insertPublication(ctx, tx, b, in.Publication); err == nil {
+		err = s.notify(ctx, tx, wakes)
 	}
 	if err != nil {
 		return intent.Binding{}, false, fmt.Errorf("create intent: %w", err)
@@ -92,6 +93,7 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 	if err := tx.Commit(ctx); err != nil {
 		return intent.Binding{}, false, fmt.Errorf("create intent: commit: %w", interpret(err))
 	}
+	s.wakes.hub.Publish(wakes...)
 	return b, true, nil
 }
 
@@ -109,12 +111,18 @@ func taskRows(actor string, nb *intent.NewBatch) [][]any {
 	return rows
 }
 
-// insertBatch writes the batch row, then every task in one COPY.
-func insertBatch(ctx context.Context, tx pgx.Tx, b intent.Binding, nb *intent.NewBatch, rows [][]any) error {
+// insertBatch writes the batch row (with the NOTIFY of notify, a payload,
+// in the same round trip), then every task in one COPY.
+func insertBatch(ctx context.Context, tx pgx.Tx, b intent.Binding, nb *intent.NewBatch, rows [][]any, notify string) error {
 	now := stamp(nb.CreatedAt)
 	n := len(nb.Tasks)
-	if _, err := tx.Exec(ctx, `INSERT INTO batches (id, actor, request_id, prompt, spec, task_count, queued, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $7)`, nb.ID, b.Actor, b.RequestID, nb.Prompt, nb.Spec, n, now); err != nil {
+	var q pgx.Batch
+	q.Queue(`INSERT INTO batches (id, actor, request_id, prompt, spec, task_count, queued, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $7)`, nb.ID, b.Actor, b.RequestID, nb.Prompt, nb.Spec, n, now)
+	if notify != "" {
+		q.Queue(notifySQL, notify)
+	}
+	if err := tx.SendBatch(ctx, &q).Close(); err != nil {
 		return fmt.Errorf("insert batch: %w", interpret(err))
 	}
 	if n == 0 {
@@ -270,8 +278,10 @@ func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch
 			cancel_requested = true, updated_at = $2 WHERE id = $3`, n, now, id); err != nil {
 			return err
 		}
-		out, err = getBatch(ctx, tx, actor, id)
-		return err
+		if out, err = getBatch(ctx, tx, actor, id); err != nil {
+			return err
+		}
+		return s.notify(ctx, tx, store.CancelWakes(id))
 	})
 	if err != nil {
 		if intent.ErrorCode(err) == intent.ENotFound {
@@ -279,7 +289,7 @@ func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch
 		}
 		return intent.Batch{}, fmt.Errorf("cancel batch: %w", err)
 	}
-	s.changes.Notify(id)
+	s.wakes.hub.Publish(store.CancelWakes(id)...)
 	return out, nil
 }
 

@@ -47,6 +47,8 @@ type taskTx struct {
 	wall   time.Time         // s.now()
 	deltas store.CountDeltas // batches' counts
 	pubs   store.CountDeltas // publications' counts
+	// retryAt is when a failed row is claimable again (its wake-up).
+	retryAt time.Time
 }
 
 func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
@@ -58,7 +60,8 @@ func (s *Store) beginTask(ctx context.Context) (*taskTx, error) {
 }
 
 func (t *taskTx) commit(ctx context.Context) error {
-	if err := applyBatchDeltas(ctx, t.tx, t.wall, t.deltas); err != nil {
+	wakes := append(store.TaskWakes(t.deltas, t.retryAt), store.ItemWakes(t.pubs, t.retryAt)...)
+	if err := applyBatchDeltas(ctx, t.tx, t.wall, t.deltas, t.s.payload(wakes)); err != nil {
 		return err
 	}
 	if err := applyPublicationDeltas(ctx, t.tx, t.wall, t.pubs); err != nil {
@@ -68,7 +71,7 @@ func (t *taskTx) commit(ctx context.Context) error {
 		return err
 	}
 	// Every task whose state moved moved its batch's counts.
-	t.s.changes.NotifyMoved(t.deltas)
+	t.s.wakes.hub.Publish(wakes...)
 	return nil
 }
 
@@ -711,6 +714,7 @@ func (s *Store) FailLease(ctx context.Context, f store.Failure) (intent.State, e
 			return err
 		}
 		state = states[0]
+		t.retryAt = time.Now().Add(f.Backoff)
 		return errs[0]
 	})
 	if errors.Is(err, store.ErrLeaseLost) {

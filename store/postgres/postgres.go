@@ -29,7 +29,6 @@ import (
 
 	"studio/intent"
 	"studio/migrations"
-	"studio/store"
 )
 
 // Config opens a store.
@@ -56,14 +55,15 @@ type Store struct {
 	create bool   // Config.Schema named it: create it if missing
 	// applied names the migrations Open applied.
 	applied []string
-	// changes wakes this process's readers of batch changes (WatchBatch).
-	changes store.ChangeSignal
+	// wakes publishes the commits' wake-ups, here and to the other
+	// processes (wake.go).
+	wakes *wakes
 }
 
-// WatchBatch returns a channel closed when a task of the batch changes
-// through this store, and its release (store.ChangeSignal).
+// WatchBatch returns a channel closed when a task of the batch changes,
+// and its release (wake.Hub.Watch).
 func (s *Store) WatchBatch(batchID string) (<-chan struct{}, func()) {
-	return s.changes.Wait(batchID)
+	return s.wakes.hub.Watch(batchID)
 }
 
 // Open connects, creates the schema when Config.Schema asks for one, and
@@ -81,11 +81,17 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
-	s := &Store{pool: pool, now: cfg.Now, schema: cfg.Schema, create: cfg.Schema != ""}
+	w, err := newWakes()
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	s := &Store{pool: pool, now: cfg.Now, schema: cfg.Schema, create: cfg.Schema != "", wakes: w}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
 	}
+	w.hub.Feed(s.listen)
 	return s, nil
 }
 
@@ -107,8 +113,10 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 	return pcfg, nil
 }
 
-// Close closes the pool, waiting for connections in use to be returned.
+// Close stops the listener and closes the pool, waiting for connections
+// in use to be returned.
 func (s *Store) Close() error {
+	s.wakes.hub.Close()
 	s.pool.Close()
 	return nil
 }

@@ -69,7 +69,7 @@ func (s *Store) DeleteBatch(ctx context.Context, actor, id string) (store.Delete
 		}
 		return store.Deleted{}, fmt.Errorf("delete batch: %w", err)
 	}
-	s.changes.Notify(id)
+	s.wakes.hub.Publish(store.DeletedWakes(id)...)
 	return d, nil
 }
 

@@ -104,8 +104,9 @@ ON CONFLICT (batch_id, shard) DO UPDATE SET queued = s.queued + excluded.queued,
 // goes to a shard of the batch's counts (addShardSQL), not to the batch
 // row: transactions moving tasks of one batch at once take different rows,
 // and none waits on another's commit.
-func applyBatchDeltas(ctx context.Context, tx pgx.Tx, wall time.Time, d store.CountDeltas) error {
-	if len(d) == 0 {
+// A NOTIFY payload (notifySQL) rides in the same round trip.
+func applyBatchDeltas(ctx context.Context, tx pgx.Tx, wall time.Time, d store.CountDeltas, notify string) error {
+	if len(d) == 0 && notify == "" {
 		return nil
 	}
 	ids := d.IDs()
@@ -113,6 +114,9 @@ func applyBatchDeltas(ctx context.Context, tx pgx.Tx, wall time.Time, d store.Co
 	for _, id := range ids {
 		c := d[id]
 		b.Queue(addShardSQL, c.Queued, c.Running, c.Succeeded, c.Failed, c.Canceled, c.Started, wall, id, rand.IntN(countShards))
+	}
+	if notify != "" {
+		b.Queue(notifySQL, notify)
 	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("update counts: %w", err)

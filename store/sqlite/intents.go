@@ -76,6 +76,7 @@ func (s *Store) CreateIntent(ctx context.Context, in intent.NewIntent) (intent.B
 		}
 		return found, false, nil
 	}
+	s.wake.Publish(store.CreatedWakes(in)...)
 	// As stored (milliseconds), so this process's look-ups answer what
 	// another process or a restart reads.
 	b.CreatedAt = fromMS(now)
@@ -241,7 +242,7 @@ func (s *Store) CancelBatch(ctx context.Context, actor, id string) (intent.Batch
 			cancel_requested = 1, updated_at = ? WHERE id = ?`, n, n, now, id); err != nil {
 			return err
 		}
-		t.afterCommit(func() { s.changes.Notify(id) })
+		t.afterCommit(func() { s.wake.Publish(store.CancelWakes(id)...) })
 		b, err = getBatch(t, actor, id)
 		return err
 	})

@@ -42,6 +42,8 @@ type leaseTx struct {
 	wall    int64 // s.now(), ms
 	batches store.CountDeltas
 	pubs    store.CountDeltas
+	// retryAt is when a failed row is claimable again (its wake-up).
+	retryAt time.Time
 }
 
 // The parents' counts, moved by leaseWrite.
@@ -77,10 +79,10 @@ func (s *Store) leaseWrite(ctx context.Context, f func(*leaseTx) error) error {
 				return fmt.Errorf("update counts of publication %s: %w", id, err)
 			}
 		}
-		if len(lt.batches) > 0 {
-			// Every task whose state moved moved its batch's counts.
-			t.afterCommit(func() { s.changes.NotifyMoved(lt.batches) })
-		}
+		// Every task whose state moved moved its batch's counts.
+		t.afterCommit(func() {
+			s.wake.Publish(append(store.TaskWakes(lt.batches, lt.retryAt), store.ItemWakes(lt.pubs, lt.retryAt)...)...)
+		})
 		return nil
 	})
 }
@@ -566,6 +568,7 @@ func (s *Store) FailLease(ctx context.Context, f store.Failure) (intent.State, e
 			return err
 		}
 		l.counts(t).Of(parent).Move(intent.StateRunning, state)
+		t.retryAt = time.Now().Add(f.Backoff)
 		return nil
 	})
 	if errors.Is(err, store.ErrLeaseLost) {

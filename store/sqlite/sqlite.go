@@ -35,7 +35,7 @@ import (
 
 	"studio/intent"
 	"studio/migrations"
-	"studio/store"
+	"studio/wake"
 )
 
 // Synchronous modes for Config.Synchronous.
@@ -59,6 +59,11 @@ type Config struct {
 	Now func() time.Time
 	// ReadConns bounds the read pool; 4 by default.
 	ReadConns int
+	// WatchInterval is how often the store looks whether another process
+	// committed to the file (PRAGMA data_version), while anyone in this
+	// process listens on its hub (Wake); DefaultWatchInterval when zero,
+	// never when negative.
+	WatchInterval time.Duration
 }
 
 // Store is a SQLite-backed store.Store.
@@ -69,8 +74,11 @@ type Store struct {
 	path    string
 	// applied names the migrations Open applied.
 	applied []string
-	// changes wakes this process's readers of batch changes (WatchBatch).
-	changes store.ChangeSignal
+	// wake is the hub the store's commits are published on (wake.go).
+	wake *wake.Hub
+	// onWatch, when set, is called after each look for other processes'
+	// commits (tests).
+	onWatch func()
 }
 
 // Open opens (creating if needed) the database at cfg.Path and applies every
@@ -124,7 +132,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	write.SetMaxIdleConns(1)
 	write.SetConnMaxIdleTime(0)
 	write.SetConnMaxLifetime(0)
-	s := &Store{writeDB: write, now: cfg.Now, path: cfg.Path}
+	s := &Store{writeDB: write, now: cfg.Now, path: cfg.Path, wake: wake.New()}
 	if err := s.incrementalIfNew(ctx); err != nil {
 		write.Close()
 		return nil, err
@@ -137,11 +145,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	read.SetMaxOpenConns(cfg.ReadConns)
 	read.SetMaxIdleConns(cfg.ReadConns)
 	s.readDB = read
+	s.watchOthers(cfg.WatchInterval)
 	return s, nil
 }
 
-// Close closes both pools.
+// Close stops the hub's feed and closes both pools.
 func (s *Store) Close() error {
+	s.wake.Close()
 	var errs []error
 	if s.readDB != nil {
 		errs = append(errs, s.readDB.Close())
@@ -150,10 +160,10 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// WatchBatch returns a channel closed when a task of the batch changes
-// through this store, and its release (store.ChangeSignal).
+// WatchBatch returns a channel closed when a task of the batch changes,
+// and its release (wake.Hub.Watch).
 func (s *Store) WatchBatch(batchID string) (<-chan struct{}, func()) {
-	return s.changes.Wait(batchID)
+	return s.wake.Watch(batchID)
 }
 
 // DB returns the write pool (one connection, IMMEDIATE transactions) for

@@ -78,6 +78,7 @@ func Run(t *testing.T, h Harness) {
 		{"BatchChangesUnderChurn", testChangesUnderChurn},
 		{"BatchChangesEveryPath", testChangesEveryPath},
 		{"WatchBatch", testWatchBatch},
+		{"Wakes", testWakes},
 		{"ListPublications", testListPublications},
 		{"TokenLifecycle", testTokenLifecycle},
 		{"DeleteBatch", testDeleteBatch},
