@@ -10,7 +10,7 @@ import (
 	"studio/store/storetest"
 )
 
-func open(t *testing.T, path string) *sqlite.Store {
+func open(t testing.TB, path string) *sqlite.Store {
 	t.Helper()
 	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path})
 	if err != nil {
