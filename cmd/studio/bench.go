@@ -19,7 +19,6 @@ import (
 	"studio/bench"
 	"studio/locks"
 	"studio/locks/redislock"
-	"studio/store/postgres"
 )
 
 // runBench is `studio bench`: flags to a bench.Config, the results to
@@ -171,19 +170,7 @@ func benchConfig(cfg Config, e *engine, redisURL string) (bench.Config, func()) 
 		Workers: func(ctx context.Context, n int, assets string) (func() error, error) {
 			return startBenchWorkers(ctx, cfg, n, assets)
 		},
-		WALPosition: func() func(context.Context) (int64, error) {
-			pg, ok := e.store.(*postgres.Store)
-			if !ok {
-				return nil
-			}
-			return func(ctx context.Context) (int64, error) {
-				var pos int64
-				if err := pg.Pool().QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0')::bigint`).Scan(&pos); err != nil {
-					return 0, fmt.Errorf("read the WAL position: %w", err)
-				}
-				return pos, nil
-			}
-		}(),
+		WALPosition: e.walPosition,
 	}, closeAll
 }
 

@@ -53,6 +53,9 @@ type engine struct {
 	// processes the engine hears (NOTIFY on PostgreSQL, data_version on
 	// SQLite), for the workers, the publisher and the events streams.
 	wake *wake.Hub
+	// walPosition reads PostgreSQL's WAL position in bytes, for the
+	// bench's WAL per task (nil on SQLite).
+	walPosition func(context.Context) (int64, error)
 }
 
 // openEngine opens the configured database and applies pending migrations.
@@ -136,6 +139,13 @@ func postgresEngine(s *postgres.Store) *engine {
 		floors:    postgres.NewBenchFloors(s),
 		wake:      s.Wake(),
 		blobs:     func() (blob.Store, error) { return postgres.NewBlobStore(s), nil },
+		walPosition: func(ctx context.Context) (int64, error) {
+			var pos int64
+			if err := s.Pool().QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0')::bigint`).Scan(&pos); err != nil {
+				return 0, fmt.Errorf("read the WAL position: %w", err)
+			}
+			return pos, nil
+		},
 		collect: func(mx *metrics.Metrics) error {
 			if err := mx.Registry().Register(newPgxPoolCollector(s.Pool())); err != nil {
 				return fmt.Errorf("register the PostgreSQL pool: %w", err)

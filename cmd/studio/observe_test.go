@@ -3,15 +3,17 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"studio/metrics/metricstest"
-	"studio/store/sqlite"
+	_ "studio/store/sqlite" // the "sqlite" driver for the test's own connection
 )
 
 // logLine is one JSON log line, decoded loosely.
@@ -274,7 +276,13 @@ func TestMetricsAndLogsOfWorkers(t *testing.T) {
 	// worker claims it after its lease expired.
 	slow := f.generate(f.c, workGeneration("slow-1", 1, 1, []string{"sketch"}, map[string]any{"delay_ms": 60000}))
 	f.waitBatch(f.c, slow.ID, 30*time.Second, "the slow task to run", func(b fullBatch) bool { return b.Counts.Running == 1 })
-	db := m.store.(*sqlite.Store).DB()
+	// A connection of the test's own: the program's store is behind its
+	// cache and metrics wrappers.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(cfg.Data, "studio.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
 	if _, err := db.Exec(`UPDATE tasks SET fence = fence + 1, lease_owner = 'someone-else' WHERE batch_id = ? AND state = 'running'`, slow.ID); err != nil {
 		t.Fatal(err)
 	}
