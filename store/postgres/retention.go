@@ -170,9 +170,14 @@ func (s *Store) UseToken(ctx context.Context, tokenHash string) (store.Token, er
 	if hour := store.Hour(now); t.LastUsedAt.Before(hour) {
 		if _, err := s.pool.Exec(ctx, `UPDATE tokens SET last_used_at = $1 WHERE hash = $2
 			AND (last_used_at IS NULL OR last_used_at < $1)`, hour, tokenHash); err != nil {
-			return store.Token{}, fmt.Errorf("record token use: %w", err)
+			// The hour of use is advisory: a fault of the write must not
+			// turn a live token away; the next request records it.
+			if store.FaultOf(err) == nil {
+				return store.Token{}, fmt.Errorf("record token use: %w", err)
+			}
+		} else {
+			t.LastUsedAt = hour
 		}
-		t.LastUsedAt = hour
 	}
 	return t, nil
 }

@@ -192,9 +192,15 @@ func (s *Store) UseToken(ctx context.Context, tokenHash string) (store.Token, er
 			_, err := tx.exec(`UPDATE tokens SET last_used_at = ?1 WHERE hash = ?2 AND COALESCE(last_used_at, 0) < ?1`, ms(hour), tokenHash)
 			return err
 		}); err != nil {
-			return store.Token{}, fmt.Errorf("record token use: %w", err)
+			// The hour of use is advisory: a database too busy for the
+			// write (another writer holds the lock) must not turn a live
+			// token away; the next request records it.
+			if store.FaultOf(err) == nil {
+				return store.Token{}, fmt.Errorf("record token use: %w", err)
+			}
+		} else {
+			t.LastUsedAt = hour
 		}
-		t.LastUsedAt = hour
 	}
 	return t, nil
 }
