@@ -27,15 +27,7 @@ func TestCommitWaitEndsWithContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	in := func(id string) intent.NewIntent {
-		bid, _ := intent.NewID()
-		tid, _ := intent.NewID()
-		return intent.NewIntent{
-			Binding: intent.Binding{Actor: "alice", RequestID: id, Operation: intent.OpGeneration, Fingerprint: "fp", ResourceID: bid, CreatedAt: time.Now()},
-			Batch: &intent.NewBatch{ID: bid, Prompt: "p", Spec: []byte(`{}`), CreatedAt: time.Now(),
-				Tasks: []intent.NewTask{{ID: tid, Collection: "c", Frame: "f", Generator: "g", Candidate: 1}}},
-		}
-	}
+	in := oneTaskIntent
 	// The statements are prepared before the lock is taken elsewhere.
 	if _, _, err := s.CreateIntent(ctx, in("first")); err != nil {
 		t.Fatal(err)
@@ -180,5 +172,17 @@ func TestDroppedConnectionsAreClosed(t *testing.T) {
 	}
 	if after := open(); after > before {
 		t.Fatalf("files of the database open: %d before, %d after 20 dropped connections", before, after)
+	}
+}
+
+// oneTaskIntent is a one-task generation intent of alice under request id
+// id, for tests that need a commit to wait or fail.
+func oneTaskIntent(id string) intent.NewIntent {
+	bid, _ := intent.NewID()
+	tid, _ := intent.NewID()
+	return intent.NewIntent{
+		Binding: intent.Binding{Actor: "alice", RequestID: id, Operation: intent.OpGeneration, Fingerprint: "fp", ResourceID: bid, CreatedAt: time.Now()},
+		Batch: &intent.NewBatch{ID: bid, Prompt: "p", Spec: []byte(`{}`), CreatedAt: time.Now(),
+			Tasks: []intent.NewTask{{ID: tid, Collection: "c", Frame: "f", Generator: "g", Candidate: 1}}},
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"studio/intent"
 	"studio/store"
 )
 
@@ -86,15 +85,7 @@ func TestWaitBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	in := func(id string) intent.NewIntent {
-		bid, _ := intent.NewID()
-		tid, _ := intent.NewID()
-		return intent.NewIntent{
-			Binding: intent.Binding{Actor: "alice", RequestID: id, Operation: intent.OpGeneration, Fingerprint: "fp", ResourceID: bid, CreatedAt: time.Now()},
-			Batch: &intent.NewBatch{ID: bid, Prompt: "p", Spec: []byte(`{}`), CreatedAt: time.Now(),
-				Tasks: []intent.NewTask{{ID: tid, Collection: "c", Frame: "f", Generator: "g", Candidate: 1}}},
-		}
-	}
+	in := oneTaskIntent
 	b, _, err := s.CreateIntent(ctx, in("first"))
 	if err != nil {
 		t.Fatal(err)
