@@ -428,7 +428,8 @@ func TestObjectStoreDown(t *testing.T) {
 
 // `studio bench --ops assets_drain_1` runs worker processes on
 // PostgreSQL with the bytes in the object store and in the blobs table,
-// and reports both rates and the WAL each task wrote.
+// and reports both rates and the WAL each task wrote; it leaves none of
+// the worker processes' data directories behind.
 func TestBenchAssetsDrain(t *testing.T) {
 	bk := newBucket(t)
 	url, _ := pgtest.Schema(t)
@@ -440,9 +441,13 @@ func TestBenchAssetsDrain(t *testing.T) {
 		t.Setenv(k, v)
 	}
 	var stdout, stderr bytes.Buffer
-	args := []string{"bench", "--data", t.TempDir(), "--database", url, "--assets", bk.url(""), "--json", "--n", "1", "--tasks", "8", "--ops", "assets"}
+	data := t.TempDir()
+	args := []string{"bench", "--data", data, "--database", url, "--assets", bk.url(""), "--json", "--n", "1", "--tasks", "8", "--ops", "assets"}
 	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	if left, _ := filepath.Glob(filepath.Join(data, "*")); len(left) != 0 {
+		t.Fatalf("the bench left %v in its --data", left)
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	if len(lines) != 2 {
