@@ -171,9 +171,14 @@ type RequestRecord struct {
 	// RequestID is the intent's request id, when the request carried one.
 	RequestID string
 	// Fault is the kind of dependency fault the request was answered with
-	// (store.FaultKind), "" when none.
+	// (store.FaultKind), FaultAssetCorrupt for stored asset bytes that
+	// failed their SHA-256, "" when none.
 	Fault string
 }
+
+// FaultAssetCorrupt is RequestRecord.Fault for a request answered 503
+// because the asset bytes it asked for fail their SHA-256 check.
+const FaultAssetCorrupt = "asset_corrupt"
 
 // Server is studio's HTTP API.
 type Server struct {

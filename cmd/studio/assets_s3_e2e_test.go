@@ -249,8 +249,26 @@ func TestAssetsInObjectStore(t *testing.T) {
 			if resp.StatusCode != http.StatusServiceUnavailable || bytes.Contains(body, other[:16]) || !strings.Contains(string(body), "SHA-256") {
 				t.Fatalf("tampered object: %d %s", resp.StatusCode, body)
 			}
+			if m := scrape(t, api.Addr); !strings.Contains(m, `studio_asset_store_faults_total{kind="corrupt"} 1`) {
+				t.Fatalf("the tampered object is not counted:\n%s", grepLines(m, "faults_total"))
+			}
 		})
 	}
+}
+
+// scrape answers the text of a process's /metrics.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
+	}
+	return string(b)
 }
 
 func blobSHA(b []byte) string {
@@ -391,6 +409,11 @@ func TestObjectStoreDown(t *testing.T) {
 	var ua assetAnswer
 	if resp, err := c.upload(context.Background(), "image/png", bytes.NewReader(pngImage(t, 8, 8, 1)), &ua); err != nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("upload while down: %v, %v", resp, err)
+	}
+	// Counted as the asset store's faults, not the database's.
+	if m := scrape(t, api.Addr); !strings.Contains(m, `studio_asset_store_faults_total{kind="unavailable"} 2`) ||
+		strings.Contains(m, `studio_database_faults_total{kind="asset_store"}`) || strings.Contains(m, `studio_database_faults_total{kind="unreachable"} 1`) {
+		t.Fatalf("the outage's faults are not counted as the asset store's:\n%s", grepLines(m, "faults_total"))
 	}
 	b = f.generate(c, workGeneration("during", 1, 2, []string{"sketch"}, nil))
 	pollFor(t, time.Minute, "both tasks waiting for the store", func() bool {
