@@ -45,6 +45,9 @@ type Store interface {
 	// publications list.
 	BatchChanges(ctx context.Context, p store.ChangesParams) (store.Changes, error)
 	ListPublications(ctx context.Context, p store.ListParams) ([]intent.Publication, error)
+	// PublicationItems and PublicationItem serve the gallery.
+	PublicationItems(ctx context.Context, publicationID string) ([]store.PublicationItem, error)
+	PublicationItem(ctx context.Context, publicationID, assetID string) (store.PublicationItem, error)
 	WatchBatch(batchID string) (<-chan struct{}, func())
 }
 
@@ -313,6 +316,8 @@ func (s *Server) routes() *chi.Mux {
 	if s.metrics != nil {
 		r.Method(http.MethodGet, "/metrics", s.metrics)
 	}
+	// Published: the gallery, for anyone who has a publication's id.
+	r.Get("/gallery/{publication}/{file}", s.getGalleryFile)
 	if s.ui != nil {
 		r.Method(http.MethodGet, "/", s.ui)
 		r.Method(http.MethodGet, "/ui/*", s.ui)
