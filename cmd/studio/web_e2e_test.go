@@ -746,6 +746,60 @@ func TestWebSSEParser(t *testing.T) {
 	}
 }
 
+// TestWebBatchState runs the batch page's state (web/static/batch/state.js)
+// in the page: an older version of a task never replaces a newer one (by
+// time, whatever its fraction digits, then queued < running < ended), only
+// tasks with an image can be picked, and every change tells the
+// subscribers what changed.
+func TestWebBatchState(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 800, 600)
+	cfg := testConfig(t)
+	m, _ := startMain(t, cfg)
+	p.do(chromedp.Navigate("http://"+m.Addr()+"/"), visible(`#token`))
+	type result struct {
+		States, Picked, Assets, Notes []string
+		Batch                         string
+	}
+	const script = `(async () => {
+		const {batchState} = await import('/ui/batch/state.js');
+		const task = (id, state, at, asset) => ({id, state, updated_at: at, asset_id: asset});
+		const s = batchState({id: 'b', state: 'running'}, [
+			task('a', 'queued', '2026-01-01T00:00:01Z'),
+			task('b', 'succeeded', '2026-01-01T00:00:01.5Z', 'asset-b'),
+			task('c', 'running', '2026-01-01T00:00:01Z'),
+		]);
+		const notes = [];
+		s.subscribe((what, t) => notes.push(t ? what + ' ' + t.id + ' ' + t.state : what));
+		s.putTask(task('b', 'running', '2026-01-01T00:00:01.50000Z')); // same instant, earlier state: dropped
+		s.putTask(task('a', 'running', '2026-01-01T00:00:01.000Z')); // same instant, later state: kept
+		s.putTask(task('a', 'queued', '2026-01-01T00:00:02Z')); // later time: kept, whatever the state
+		s.putTask(task('c', 'succeeded', '2026-01-01T00:00:00.9Z', 'asset-c')); // earlier time: dropped
+		s.toggle('a'); // no image: not picked
+		s.toggle('b');
+		const assets = s.pickedAssets();
+		s.pickAll();
+		s.clearPicks();
+		s.toggle('b');
+		s.setBatch({id: 'b', state: 'succeeded'});
+		return {States: [...s.tasks.values()].map((t) => t.id + ' ' + t.state), Picked: [...s.picked], Assets: assets, Notes: notes, Batch: s.batch.state};
+	})()`
+	got, err := chromedp.Run(p.ctx, chromedp.Evaluate[result](script, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := result{
+		States: []string{"a queued", "b succeeded", "c running"},
+		Picked: []string{"b"},
+		Assets: []string{"asset-b"},
+		Notes:  []string{"task a running", "task a queued", "picked", "picked", "picked", "picked", "picked", "batch"},
+		Batch:  "succeeded",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
 // TestWebStudioCancelFailuresPhone: cancel from the batch page; failed
 // tasks shown with their errors; on a phone-sized screen nothing is wider
 // than the screen.
