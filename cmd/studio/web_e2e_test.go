@@ -292,15 +292,33 @@ func offline(on bool) chromedp.Action[chromedp.Void] {
 	})
 }
 
-// waitJS polls a boolean expression in the page until it holds.
+// waitJS waits until a boolean expression holds in the page: it is
+// checked at once and again after every change of the document (a
+// MutationObserver in the page), so the wait ends with the change that
+// makes it true, not at the next tick of a timer. An expression that
+// throws fails the test.
 func (p page) waitJS(what, expr string) {
 	p.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !eval[bool](p, expr) {
-		if time.Now().After(deadline) {
-			p.t.Fatalf("timed out waiting for %s; the page shows:\n%s", what, eval[string](p, `document.querySelector('main').innerText`))
-		}
-		time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(p.ctx, 90*time.Second)
+	defer cancel()
+	script := fmt.Sprintf(`new Promise((resolve, reject) => {
+		const holds = () => Boolean(%s);
+		const check = (mo) => {
+			try {
+				if (!holds()) return false;
+			} catch (err) {
+				reject(err);
+			}
+			if (mo) mo.disconnect();
+			resolve(true);
+			return true;
+		};
+		if (check(null)) return;
+		const mo = new MutationObserver(() => check(mo));
+		mo.observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+	})`, expr)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](script, chromedp.EvalAwaitPromise)); err != nil {
+		p.t.Fatalf("waiting for %s: %v; the page shows:\n%s", what, err, eval[string](p, `document.querySelector('main').innerText`))
 	}
 }
 
@@ -489,31 +507,24 @@ func TestWebStudio(t *testing.T) {
 	// A worker process starts; the page fills in without a reload.
 	wcfg := cfg
 	wcfg.Workers = 1
+	// A MutationObserver in the page notes whether part of the batch was
+	// ever shown, at every change of the grid.
+	eval[bool](p, `(() => {
+		window.partlyShown = false;
+		new MutationObserver(() => {
+			const n = document.querySelectorAll('#grid img[data-loaded]').length;
+			if (n > 0 && n < 8) window.partlyShown = true;
+		}).observe(document.querySelector('#grid'), {subtree: true, childList: true, attributes: true});
+		return true;
+	})()`)
 	w := NewMain(wcfg, modeWorker, io.Discard, io.Discard)
 	if err := w.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Close() })
-	type progress struct {
-		Loaded int
-		State  string
-	}
-	partial := false
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		n := eval[progress](p, `({Loaded: document.querySelectorAll('#grid img[data-loaded]').length, State: document.querySelector('#batch-state').dataset.state})`)
-		if n.Loaded > 0 && n.Loaded < 8 {
-			partial = true
-		}
-		if n.Loaded == 8 && n.State == "succeeded" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the page shows %d of 8 thumbnails, state %q", n.Loaded, n.State)
-		}
-		time.Sleep(40 * time.Millisecond)
-	}
-	if !partial {
+	p.waitJS("all 8 thumbnails and the batch succeeded",
+		`document.querySelectorAll('#grid img[data-loaded]').length === 8 && document.querySelector('#batch-state').dataset.state === 'succeeded'`)
+	if !eval[bool](p, `window.partlyShown`) {
 		t.Error("the page never showed part of the batch: it did not fill in as the worker drained")
 	}
 	after := eval[[]rect](p, rects)
