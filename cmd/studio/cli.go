@@ -22,6 +22,7 @@ import (
 
 	apiclient "studio/client"
 	"studio/intent"
+	"studio/internal/jsonfile"
 )
 
 // The caller's commands: submit, status, wait, cancel, delete, download, ls. They
@@ -386,9 +387,18 @@ func submit(ctx context.Context, f clientFlags, file string, fresh, wait bool, d
 	if err != nil {
 		return usageErr("read %s: %v", file, err)
 	}
+	name := file
+	if file == "-" {
+		name = "the standard input"
+	}
+	// The server reads requests with these strict rules too; here a
+	// mistake is named with its line and column, before anything is sent.
+	if err := jsonfile.CheckObject(name, body); err != nil {
+		return &cliError{exitUsage, err}
+	}
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(body, &probe); err != nil {
-		return usageErr("%s is not a JSON object: %v", file, err)
+		return usageErr("%s: %v", name, err) // CheckObject has seen to it that this is an object
 	}
 	c, err := newCLIClient(&f)
 	if err != nil {
@@ -399,15 +409,15 @@ func submit(ctx context.Context, f clientFlags, file string, fresh, wait bool, d
 	// must name the request then, or a rerun would make another batch.
 	if raw, ok := probe["request_id"]; ok && string(bytes.TrimSpace(raw)) != "null" {
 		if fresh {
-			return usageErr("%s names its request_id: --new cannot make another one; change or remove it", file)
+			return usageErr("%s names its request_id: --new cannot make another one; change or remove it", name)
 		}
 		if err := json.Unmarshal(raw, &requestID); err != nil {
-			return usageErr("%s: request_id is not a string", file)
+			return usageErr("%s: request_id must be a string", name)
 		}
 	} else {
 		canon, err := intent.Canonicalize(body)
 		if err != nil {
-			return usageErr("%s: %v", file, err)
+			return usageErr("%s: %s", name, strings.TrimPrefix(err.Error(), "canonicalize: "))
 		}
 		j := journal{dir: f.journal}
 		if requestID, err = j.requestID(canon, file, fresh); err != nil {
