@@ -140,17 +140,39 @@ func runClient(ctx context.Context, cmd string, args []string, stdin io.Reader, 
 	if err != nil {
 		var ce *cliError
 		if !errors.As(err, &ce) || ce.err != nil {
-			fmt.Fprintf(stderr, "studio %s: %v\n", cmd, err)
+			fmt.Fprintf(stderr, "studio %s: %s\n", cmd, errorText(err))
 		}
 	}
 	return code
+}
+
+// errorText is an error as the caller's commands print it. A server's
+// problem with fields at fault is its headline (status and detail, one
+// sentence) and then the fields, one "field: message" per line:
+//
+//	400 Bad Request: The request body is invalid.
+//	  prompt: must not be empty
+//	  sets: must have 1 to 20 items
+func errorText(err error) string {
+	var ae *apiclient.Error
+	if !errors.As(err, &ae) {
+		return err.Error()
+	}
+	fields := ae.FieldLines()
+	if len(fields) == 0 {
+		return err.Error()
+	}
+	// The problem may be wrapped ("... The token came from --token."):
+	// put the list in its place, after what wraps it.
+	s := strings.Replace(err.Error(), ae.Error(), ae.Headline(), 1)
+	return s + "\n  " + strings.Join(fields, "\n  ")
 }
 
 func clientCommand(ctx context.Context, cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	var f clientFlags
 	defer func() {
 		if apiclient.StatusOf(err) == http.StatusUnauthorized && f.tokenFrom != "" {
-			err = fmt.Errorf("%w (the token from %s)", err, f.tokenFrom)
+			err = fmt.Errorf("%w The token came from %s.", err, f.tokenFrom)
 		}
 	}()
 	switch cmd {
