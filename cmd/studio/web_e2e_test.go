@@ -23,6 +23,8 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"studio/internal/testskip"
 )
 
 // The web studio, end to end: the whole program in this process, a proxy
@@ -45,6 +47,7 @@ func chromiumPath(t *testing.T) string {
 			return p
 		}
 	}
+	testskip.Chromium.Announce()
 	t.Skip("no Chromium found (looked for chromium, chromium-browser, google-chrome on PATH; or set STUDIO_TEST_CHROMIUM=/path/to/chromium): the web studio's browser tests are skipped")
 	return ""
 }
