@@ -262,6 +262,8 @@ func TestSweepRacesPut(t *testing.T) {
 					t.Errorf("put: %v", err)
 					return
 				}
+				// Time passes on purpose: the orphan grows old enough to
+				// be swept while the retry comes.
 				time.Sleep(age + time.Duration(i%3)*time.Millisecond)
 				info, err := putter.Put(ctx, bytes.NewReader(data))
 				if err != nil {
