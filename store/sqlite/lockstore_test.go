@@ -20,12 +20,7 @@ func TestLockStoreOnStudioDatabase(t *testing.T) {
 	ctx := t.Context()
 	var stores [2]locks.Store
 	for i := range stores {
-		s, err := Open(ctx, Config{Path: path})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		ls, err := sqlitelock.New(ctx, s.DB())
+		ls, err := sqlitelock.New(ctx, openStore(t, path).DB())
 		if err != nil {
 			t.Fatal(err)
 		}
