@@ -36,7 +36,7 @@ func newPublication(t *testing.T, h Harness, n int, channel string) (store.Store
 // BatchWithAssets creates a generation intent of n tasks for the actor and
 // completes every task with an asset (through the task leases); it returns
 // the batch id and the asset ids in plan order.
-func BatchWithAssets(t *testing.T, s store.Store, actor, requestID string, n int) (string, []string) {
+func BatchWithAssets(t testing.TB, s store.Store, actor, requestID string, n int) (string, []string) {
 	t.Helper()
 	in := Intent(t, actor, requestID, "fp-"+requestID, n)
 	mustCreate(t, s, in)

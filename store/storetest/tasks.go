@@ -22,7 +22,7 @@ import (
 
 const longTTL = time.Minute
 
-func claim(t *testing.T, s store.Store, owner string, limit int, ttl time.Duration) []store.ClaimedTask {
+func claim(t testing.TB, s store.Store, owner string, limit int, ttl time.Duration) []store.ClaimedTask {
 	t.Helper()
 	return claimOf(t, s.ClaimTasks, store.ClaimParams{Owner: owner, Limit: limit, TTL: ttl})
 }
@@ -36,7 +36,7 @@ type claimed interface {
 type claimer[C claimed] func(context.Context, store.ClaimParams) ([]C, error)
 
 // claimOf claims with p and fails the test on an error.
-func claimOf[C claimed](t *testing.T, claim claimer[C], p store.ClaimParams) []C {
+func claimOf[C claimed](t testing.TB, claim claimer[C], p store.ClaimParams) []C {
 	t.Helper()
 	cs, err := claim(ctx(t), p)
 	if err != nil {
