@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,18 +11,6 @@ import (
 	"studio/store/postgres/pgtest"
 	"studio/store/storetest"
 )
-
-// stoppedClock is a stopped clock for the store's tests.
-type stoppedClock struct{ ns atomic.Int64 }
-
-func newStoppedClock() *stoppedClock {
-	c := &stoppedClock{}
-	c.ns.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
-	return c
-}
-
-func (c *stoppedClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-func (c *stoppedClock) now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
 
 func openLockDB(t testing.TB, url, schema string) *Store {
 	t.Helper()
