@@ -232,7 +232,8 @@ func lockKey(name string) int64 {
 
 // PostgreSQL error codes the store translates.
 const (
-	codeUniqueViolation = "23505"
+	codeUniqueViolation     = "23505"
+	codeForeignKeyViolation = "23503"
 )
 
 // interpret translates driver errors into domain errors, once, here.
