@@ -532,14 +532,20 @@ func TestWebStudio(t *testing.T) {
 	// A worker process starts; the page fills in without a reload.
 	wcfg := cfg
 	wcfg.Workers = 1
-	// A MutationObserver in the page notes whether part of the batch was
-	// ever shown, at every change of the grid.
+	// MutationObservers in the page note whether part of the batch was
+	// ever shown, at every change of the grid, and what the status line
+	// said while the stream reconnected.
 	eval[bool](p, `(() => {
 		window.partlyShown = false;
 		new MutationObserver(() => {
 			const n = document.querySelectorAll('#grid img[data-loaded]').length;
 			if (n > 0 && n < 8) window.partlyShown = true;
 		}).observe(document.querySelector('#grid'), {subtree: true, childList: true, attributes: true});
+		window.reconnecting = '';
+		const live = document.querySelector('#live');
+		new MutationObserver(() => {
+			if (live.dataset.state === 'reconnecting') window.reconnecting = live.textContent;
+		}).observe(live, {subtree: true, childList: true, characterData: true, attributes: true});
 		return true;
 	})()`)
 	w := NewMain(wcfg, modeWorker, io.Discard, io.Discard)
@@ -569,6 +575,11 @@ func TestWebStudio(t *testing.T) {
 	if len(lastIDs) < 2 || lastIDs[0] != "" || lastIDs[1] == "" {
 		t.Errorf("events requests carried Last-Event-ID %q; want none on the first, the last id seen on the reconnect", lastIDs)
 	}
+	said := eval[string](p, `window.reconnecting`)
+	if !strings.HasPrefix(said, "reconnecting… (") || len(said) < len("reconnecting… (x)") || strings.Contains(said, "undefined") {
+		t.Errorf("while the stream reconnected the page said %q; want the reason it was lost", said)
+	}
+	t.Logf("while the stream reconnected the page said %q", said)
 
 	// Pick two images, the first with the keyboard only (Tab from the
 	// channel list reaches the first thumbnail; Space picks it), and publish
