@@ -172,6 +172,39 @@ func TestHoldRunsAndReleases(t *testing.T) {
 	assertIdle(t, e, m)
 }
 
+// TestCallerEndsHold: fn's context ends when the caller's does, with the
+// caller's cause; the release still reaches the store, on a context that
+// carries the caller's values but not its cancel.
+func TestCallerEndsHold(t *testing.T) {
+	m := NewMemoryStore()
+	type valueKey struct{}
+	var relErr error
+	var relValue any
+	h := &hookStore{Store: m}
+	h.release = func(ctx context.Context, key, owner string) (bool, error) {
+		relErr, relValue = ctx.Err(), ctx.Value(valueKey{})
+		return m.Release(ctx, key, owner)
+	}
+	e := New(h)
+	defer e.Close()
+	parent, cancel := context.WithCancelCause(context.WithValue(t.Context(), valueKey{}, "v"))
+	gone := errors.New("caller gone")
+	var cause error
+	err := e.Hold(parent, "k", func(ctx context.Context, _ *Lease) error {
+		cancel(gone)
+		<-ctx.Done()
+		cause = context.Cause(ctx)
+		return ctx.Err()
+	})
+	if !errors.Is(err, context.Canceled) || cause != gone {
+		t.Fatalf("Hold = %v, fn's context cause %v; want context.Canceled and the caller's cause", err, cause)
+	}
+	if h.releases.Load() != 1 || relErr != nil || relValue != "v" {
+		t.Fatalf("%d releases, on a context ended by %v with value %v; want 1, live, with the caller's value", h.releases.Load(), relErr, relValue)
+	}
+	assertIdle(t, e, m)
+}
+
 func TestFIFOOrder(t *testing.T) {
 	m := NewMemoryStore()
 	e := New(m)
