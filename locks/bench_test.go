@@ -41,7 +41,8 @@ func BenchmarkUncontended(b *testing.B) {
 		var n uint64
 		for b.Loop() {
 			n++
-			owner := prefix + strconv.FormatUint(n, 16)
+			var buf [48]byte
+			owner := string(strconv.AppendUint(append(buf[:0], prefix...), n, 16))
 			_ = time.Now()
 			queues["k"].held++
 			if _, ok, err := s.Acquire(ctx, "k", owner, time.Minute); !ok || err != nil {

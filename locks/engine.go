@@ -296,7 +296,8 @@ func (e *Engine) newLease(ctx context.Context, t target, key string, ttl time.Du
 // random prefix and the next count, in hex. e.mu is held.
 func (e *Engine) newOwnerLocked() string {
 	e.owners++
-	return e.prefix + strconv.FormatUint(e.owners, 16)
+	var b [32 + 16]byte // the prefix and a 64-bit counter in hex: one allocation, the string
+	return string(strconv.AppendUint(append(b[:0], e.prefix...), e.owners, 16))
 }
 
 // enter counts a hold in and links its lease (so that Close cancels it),
