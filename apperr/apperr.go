@@ -8,6 +8,7 @@ package apperr
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Error codes. Each maps to exactly one HTTP status in httpapi.
@@ -52,6 +53,18 @@ func (e *Error) Error() string {
 // Errorf returns an *Error with the code and a formatted message.
 func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// FieldsError returns an *Error of the code for fields at fault. Its
+// message follows one rule: a single field is stated in full, as
+// "field: message." (one period, whatever the message ends with);
+// several are summed up by summary, a sentence, and listed in Fields.
+func FieldsError(code, summary string, fields []FieldError) *Error {
+	msg := summary
+	if len(fields) == 1 {
+		msg = fields[0].Field + ": " + strings.TrimRight(fields[0].Message, ".") + "."
+	}
+	return &Error{Code: code, Message: msg, Fields: fields}
 }
 
 // Code returns the code of the first *Error in err's chain, EInternal for

@@ -163,7 +163,7 @@ func TestNoRetryOn4xx(t *testing.T) {
 		if tries.Load() != 1 || client.StatusOf(err) != status || errors.Is(err, client.ErrUnreachable) {
 			t.Fatalf("%d: %d tries", status, tries.Load())
 		}
-		if !strings.Contains(err.Error(), "prompt must not be empty") {
+		if !strings.Contains(err.Error(), "prompt: must not be empty") {
 			t.Fatalf("%d: message %q names no field", status, err)
 		}
 	}

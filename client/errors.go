@@ -42,20 +42,64 @@ type FieldError struct {
 	Message string `json:"message"`
 }
 
-// Error says the status, the detail and the fields at fault.
+// Error says the status and the problem by one rule: the headline (the
+// status, and the detail as a sentence), then each field at fault that
+// the detail does not state already, as "field: message", separated by
+// "; " and ended with one period:
+//
+//	400 Bad Request: The request body is invalid. prompt: must not be empty; sets: must have 1 to 20 items.
+//	422 Unprocessable Entity: providers[0]: no generator or route "oil" in the catalog.
 func (e *Error) Error() string {
+	s := e.Headline()
+	if fields := e.FieldLines(); len(fields) > 0 {
+		s += " " + strings.Join(fields, "; ") + "."
+	}
+	return s
+}
+
+// Headline is the status, its title, the tries when more than one, and
+// the detail ended with one period:
+//
+//	503 Service Unavailable (after 6 tries): The database is busy.
+func (e *Error) Headline() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d %s", e.Status, e.Title)
-	if e.Detail != "" {
-		b.WriteString(": " + e.Detail)
-	}
-	for _, f := range e.Errors {
-		fmt.Fprintf(&b, "; %s %s", f.Field, f.Message)
-	}
 	if e.Tries > 1 {
 		fmt.Fprintf(&b, " (after %d tries)", e.Tries)
 	}
+	if d := sentence(e.Detail); d != "" {
+		b.WriteString(": " + d)
+	}
 	return b.String()
+}
+
+// FieldLines are the fields at fault as "field: message" (no final
+// period), leaving out those the detail states already (a server that
+// has one field at fault often says it in the detail too).
+func (e *Error) FieldLines() []string {
+	var out []string
+	for _, f := range e.Errors {
+		msg := strings.TrimRight(strings.TrimSpace(f.Message), ".")
+		line := msg
+		if f.Field != "" {
+			line = f.Field + ": " + msg
+		}
+		if line == "" || strings.Contains(e.Detail, line) || (f.Field != "" && strings.Contains(e.Detail, f.Field+" "+msg)) {
+			continue
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// sentence is s, trimmed, ending with exactly one period (or the
+// question or exclamation mark it ends with); "" stays "".
+func sentence(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.HasSuffix(s, "?") || strings.HasSuffix(s, "!") {
+		return s
+	}
+	return strings.TrimRight(s, ".") + "."
 }
 
 // StatusOf returns the HTTP status of an *Error in err's chain, or 0.

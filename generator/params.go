@@ -76,11 +76,7 @@ func ParseParams(raw jsontext.Value) (Params, error) {
 		r.set(&p, v)
 	}
 	if len(fields) > 0 {
-		msg := fields[0].Field + " " + fields[0].Message + "."
-		if len(fields) > 1 {
-			msg = fmt.Sprintf("%d params are out of range.", len(fields))
-		}
-		return Params{}, &intent.Error{Code: intent.EUnprocessable, Message: msg, Fields: fields}
+		return Params{}, intent.FieldsError(intent.EUnprocessable, fmt.Sprintf("%d params are out of range.", len(fields)), fields)
 	}
 	return p, nil
 }

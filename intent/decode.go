@@ -14,6 +14,8 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
+
+	"studio/internal/jsonfile"
 )
 
 // Limits of the generation input (API.md, POST /v1/generations).
@@ -258,12 +260,13 @@ func (c *checker) body(body []byte, names ...string) (members, error) {
 	c.dec.Reset(&c.rd)
 	v, err := c.dec.ReadValue()
 	if err != nil {
-		return members{}, syntaxError(err)
+		return members{}, syntaxError(body, err)
 	}
 	end := int(c.dec.InputOffset())
 	v = body[end-len(v) : end] // the caller's bytes: the next read reuses the decoder's
 	if rest := bytes.TrimLeft(body[end:], " \t\r\n"); len(rest) > 0 {
-		return members{}, Errorf(EInvalid, "The request body is not valid JSON: there is data after the JSON object (at byte %d).", len(body)-len(rest))
+		line, col := jsonfile.Position(body, int64(len(body)-len(rest)))
+		return members{}, Errorf(EInvalid, "The request body is not valid JSON (line %d, column %d): there is data after the JSON object.", line, col)
 	}
 	if v.Kind() != '{' {
 		return members{}, Errorf(EInvalid, "The request body must be a JSON object, not %s.", kindName(v.Kind()))
@@ -271,8 +274,9 @@ func (c *checker) body(body []byte, names ...string) (members, error) {
 	return c.object("", v, names), nil
 }
 
-// syntaxError turns a jsontext error into a 400 that says where it is.
-func syntaxError(err error) error {
+// syntaxError turns a jsontext error into a 400 that says where it is, as
+// the line and column an editor shows, in words of studio's own.
+func syntaxError(body []byte, err error) error {
 	var se *jsontext.SyntacticError
 	if !errors.As(err, &se) {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -285,14 +289,11 @@ func syntaxError(err error) error {
 			Field: pointerPath(se.JSONPointer), Message: "appears more than once in its object",
 		}}}
 	}
-	detail := "syntax error"
-	switch {
-	case errors.Is(se.Err, io.ErrUnexpectedEOF):
-		detail = "it ends too early"
-	case se.Err != nil:
-		detail = strings.TrimPrefix(se.Err.Error(), "jsontext: ")
+	if errors.Is(se.Err, io.ErrUnexpectedEOF) {
+		return Errorf(EInvalid, "The request body is not valid JSON: it ends too early.")
 	}
-	return Errorf(EInvalid, "The request body is not valid JSON: %s (at byte %d).", detail, se.ByteOffset)
+	line, col := jsonfile.Position(body, se.ByteOffset)
+	return Errorf(EInvalid, "The request body is not valid JSON (line %d, column %d).", line, col)
 }
 
 // pointerPath writes a JSON pointer as a field path: /sets/0/frames becomes

@@ -31,6 +31,13 @@ type FieldError = apperr.FieldError
 // Errorf returns an *Error with the code and a formatted message.
 func Errorf(code, format string, args ...any) *Error { return apperr.Errorf(code, format, args...) }
 
+// FieldsError returns an *Error for fields at fault: one is stated in
+// the message ("field: message."), several summed up by summary
+// (apperr.FieldsError).
+func FieldsError(code, summary string, fields []FieldError) *Error {
+	return apperr.FieldsError(code, summary, fields)
+}
+
 // ErrorCode returns the code of the first *Error in err's chain, EInternal for
 // any other non-nil error, and "" for nil.
 func ErrorCode(err error) string { return apperr.Code(err) }

@@ -14,6 +14,7 @@ import (
 	"github.com/go-json-experiment/json"
 
 	"studio/generator"
+	"studio/internal/jsonfile"
 )
 
 // AutoRoute is the route a request's providers default to.
@@ -131,7 +132,9 @@ func ParseCatalog(data []byte) (*Static, error) { return parseCatalog(data, ".")
 func parseCatalog(data []byte, dir string) (*Static, error) {
 	var doc catalogDoc
 	if err := json.Unmarshal(data, &doc, json.RejectUnknownMembers(true)); err != nil {
-		return nil, fmt.Errorf("parse catalog: %w", err)
+		// Where it is, for the person who wrote the file, in words of
+		// studio's own (line and column, the field at fault).
+		return nil, jsonfile.Explain("the catalog", data, err)
 	}
 	var probs []string
 	bad := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }

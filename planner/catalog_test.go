@@ -80,12 +80,12 @@ func TestParseCatalogRefuses(t *testing.T) {
 	cases := []struct {
 		name, doc, want string
 	}{
-		{"not json", `{`, "parse catalog"},
-		{"trailing data", `{` + gens + `,` + auto + `} {}`, "parse catalog"},
+		{"not json", `{`, "the catalog is not valid JSON (line 1, column 2): it ends too early"},
+		{"trailing data", `{` + gens + `,` + auto + `} {}`, "the catalog is not valid JSON (line 1, column 124)"},
 		{"unknown top-level member", `{` + gens + `,` + auto + `,"extra":1}`, `"extra"`},
 		{"unknown generator member", `{"generators":[{"id":"sketch","kind":"embedded","speed":3}],"routes":{"auto":["sketch"]}}`, `"speed"`},
 		{"member in the wrong case", `{"generators":[{"ID":"sketch","kind":"embedded"}],"routes":{"auto":["sketch"]}}`, `"ID"`},
-		{"duplicate member", `{` + gens + `,` + gens + `,` + auto + `}`, "duplicate"},
+		{"duplicate member", `{` + gens + `,` + gens + `,` + auto + `}`, `the name "generators" appears twice`},
 		{"no generators", `{"generators":[],"routes":{"auto":[]}}`, "at least one"},
 		{"unknown kind", `{"generators":[{"id":"sketch","kind":"remote"}],"routes":{"auto":["sketch"]}}`, `generators[0]: generator "sketch": unknown kind "remote"`},
 		{"missing kind", `{"generators":[{"id":"sketch"}],"routes":{"auto":["sketch"]}}`, "generators[0]: kind is required"},
@@ -93,7 +93,7 @@ func TestParseCatalogRefuses(t *testing.T) {
 		{"missing id", `{"generators":[{"kind":"embedded"}],"routes":{"auto":[]}}`, "generators[0]: id is required"},
 		{"duplicate id", `{"generators":[{"id":"sketch","kind":"embedded"},{"id":"sketch","kind":"embedded"}],"routes":{"auto":["sketch"]}}`, `generators[1]: duplicate id "sketch"`},
 		{"max_concurrency 0", `{"generators":[{"id":"sketch","kind":"embedded","max_concurrency":0}],"routes":{"auto":["sketch"]}}`, "max_concurrency must be at least 1"},
-		{"max_concurrency not an integer", `{"generators":[{"id":"sketch","kind":"embedded","max_concurrency":1.5}],"routes":{"auto":["sketch"]}}`, "parse catalog"},
+		{"max_concurrency not an integer", `{"generators":[{"id":"sketch","kind":"embedded","max_concurrency":1.5}],"routes":{"auto":["sketch"]}}`, "generators[0].max_concurrency cannot be 1.5: it takes an integer"},
 		{"route to a missing generator", `{` + gens + `,"routes":{"auto":["sketch","oil"]}}`, `routes["auto"][1]: no generator "oil" in the catalog`},
 		{"route lists a generator twice", `{` + gens + `,"routes":{"auto":["sketch","sketch"]}}`, `routes["auto"][1]: generator "sketch" listed twice`},
 		{"empty route", `{` + gens + `,"routes":{"auto":[]}}`, `routes["auto"]: lists no generators`},

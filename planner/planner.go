@@ -112,11 +112,8 @@ func (p *Planner) PlanGeneration(ctx context.Context, actor string, in *intent.G
 	}
 
 	if len(fields) > 0 {
-		msg := fmt.Sprintf("%s: %s.", fields[0].Field, fields[0].Message)
-		if len(fields) > 1 {
-			msg = fmt.Sprintf("The request cannot be planned: %d problems (see errors).", len(fields))
-		}
-		return nil, &intent.Error{Code: intent.EUnprocessable, Message: msg, Fields: fields}
+		return nil, intent.FieldsError(intent.EUnprocessable,
+			fmt.Sprintf("The request cannot be planned: %d problems (see errors).", len(fields)), fields)
 	}
 
 	limit := p.Limit()

@@ -57,7 +57,7 @@ func TestRemoteCatalogRefuses(t *testing.T) {
 	cases := []struct {
 		name, gens, says string
 	}{
-		{"unknown member", `{"id":"gpt","kind":"openai","base_url":"http://x/v1","model":"m","modle":"m"}`, `unknown object member name "modle"`},
+		{"unknown member", `{"id":"gpt","kind":"openai","base_url":"http://x/v1","model":"m","modle":"m"}`, `the catalog has an unknown member "modle" in generators[0] (line 1, column 81)`},
 		{"member of the other kind", `{"id":"gpt","kind":"openai","base_url":"http://x/v1","model":"m","output_node":"9"}`, `generators[0]: generator "gpt": output_node is not a member of kind "openai"`},
 		{"bad template", `{"id":"gpt","kind":"openai","base_url":"http://x/v1","model":"m","prompt_template":"{{.Prompt"}`, `generators[0]: generator "gpt": prompt_template`},
 		{"bad timeout", `{"id":"gpt","kind":"openai","base_url":"http://x/v1","model":"m","timeout":"soon"}`, `not a duration`},

@@ -24,13 +24,14 @@ func TestServesFilesWithCSP(t *testing.T) {
 	t.Parallel()
 	h := Handler()
 	for path, ctype := range map[string]string{
-		"/":              "text/html; charset=utf-8",
-		"/ui/app.js":     "text/javascript; charset=utf-8",
-		"/ui/sse.js":     "text/javascript; charset=utf-8",
-		"/ui/style.css":  "text/css; charset=utf-8",
-		"/ui/icon.svg":   "image/svg+xml",
-		"/ui/compose.js": "text/javascript; charset=utf-8",
-		"/ui/router.js":  "text/javascript; charset=utf-8",
+		"/":                  "text/html; charset=utf-8",
+		"/ui/app.js":         "text/javascript; charset=utf-8",
+		"/ui/sse.js":         "text/javascript; charset=utf-8",
+		"/ui/style.css":      "text/css; charset=utf-8",
+		"/ui/icon.svg":       "image/svg+xml",
+		"/ui/compose.js":     "text/javascript; charset=utf-8",
+		"/ui/router.js":      "text/javascript; charset=utf-8",
+		"/ui/batch/state.js": "text/javascript; charset=utf-8",
 	} {
 		w := get(t, h, path)
 		if w.Code != 200 || w.Header().Get("Content-Type") != ctype || w.Body.Len() == 0 {

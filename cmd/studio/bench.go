@@ -180,8 +180,10 @@ var benchWorkerBinary = os.Executable
 
 // startBenchWorkers starts n `studio worker` processes on cfg's database,
 // 4 tasks at once each, with STUDIO_ASSETS=assets, and waits until each
-// has started its workers. The function it answers stops them (SIGTERM)
-// and waits for their exit.
+// has started its workers. Each process gets a --data directory of its own
+// under cfg.Data. The function it answers stops them (SIGTERM), waits for
+// their exit and removes their directories and the catalog it wrote; so
+// does a failure to start one.
 func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (func() error, error) {
 	bin, err := benchWorkerBinary()
 	if err != nil {
@@ -194,6 +196,7 @@ func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (f
 		return nil, err
 	}
 	var cmds []*exec.Cmd
+	dirs := []string{catalog}
 	stop := func() error {
 		var errs []error
 		for _, c := range cmds {
@@ -201,6 +204,11 @@ func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (f
 		}
 		for _, c := range cmds {
 			if err := c.Wait(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for _, d := range dirs {
+			if err := os.RemoveAll(d); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -212,6 +220,7 @@ func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (f
 			stop()
 			return nil, err
 		}
+		dirs = append(dirs, dir)
 		c := exec.CommandContext(ctx, bin, "worker", "--database", cfg.Database, "--data", dir, "--concurrency", "4", "--catalog", catalog)
 		c.Env = append(os.Environ(), "STUDIO_ASSETS="+assets, "STUDIO_LOG_LEVEL=info")
 		logs, err := c.StderrPipe()

@@ -22,6 +22,7 @@ import (
 
 	apiclient "studio/client"
 	"studio/intent"
+	"studio/internal/jsonfile"
 )
 
 // The caller's commands: submit, status, wait, cancel, delete, download, ls. They
@@ -139,17 +140,39 @@ func runClient(ctx context.Context, cmd string, args []string, stdin io.Reader, 
 	if err != nil {
 		var ce *cliError
 		if !errors.As(err, &ce) || ce.err != nil {
-			fmt.Fprintf(stderr, "studio %s: %v\n", cmd, err)
+			fmt.Fprintf(stderr, "studio %s: %s\n", cmd, errorText(err))
 		}
 	}
 	return code
+}
+
+// errorText is an error as the caller's commands print it. A server's
+// problem with fields at fault is its headline (status and detail, one
+// sentence) and then the fields, one "field: message" per line:
+//
+//	400 Bad Request: The request body is invalid.
+//	  prompt: must not be empty
+//	  sets: must have 1 to 20 items
+func errorText(err error) string {
+	var ae *apiclient.Error
+	if !errors.As(err, &ae) {
+		return err.Error()
+	}
+	fields := ae.FieldLines()
+	if len(fields) == 0 {
+		return err.Error()
+	}
+	// The problem may be wrapped ("... The token came from --token."):
+	// put the list in its place, after what wraps it.
+	s := strings.Replace(err.Error(), ae.Error(), ae.Headline(), 1)
+	return s + "\n  " + strings.Join(fields, "\n  ")
 }
 
 func clientCommand(ctx context.Context, cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	var f clientFlags
 	defer func() {
 		if apiclient.StatusOf(err) == http.StatusUnauthorized && f.tokenFrom != "" {
-			err = fmt.Errorf("%w (the token from %s)", err, f.tokenFrom)
+			err = fmt.Errorf("%w The token came from %s.", err, f.tokenFrom)
 		}
 	}()
 	switch cmd {
@@ -386,9 +409,18 @@ func submit(ctx context.Context, f clientFlags, file string, fresh, wait bool, d
 	if err != nil {
 		return usageErr("read %s: %v", file, err)
 	}
+	name := file
+	if file == "-" {
+		name = "the standard input"
+	}
+	// The server reads requests with these strict rules too; here a
+	// mistake is named with its line and column, before anything is sent.
+	if err := jsonfile.CheckObject(name, body); err != nil {
+		return &cliError{exitUsage, err}
+	}
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(body, &probe); err != nil {
-		return usageErr("%s is not a JSON object: %v", file, err)
+		return usageErr("%s: %v", name, err) // CheckObject has seen to it that this is an object
 	}
 	c, err := newCLIClient(&f)
 	if err != nil {
@@ -399,15 +431,15 @@ func submit(ctx context.Context, f clientFlags, file string, fresh, wait bool, d
 	// must name the request then, or a rerun would make another batch.
 	if raw, ok := probe["request_id"]; ok && string(bytes.TrimSpace(raw)) != "null" {
 		if fresh {
-			return usageErr("%s names its request_id: --new cannot make another one; change or remove it", file)
+			return usageErr("%s names its request_id: --new cannot make another one; change or remove it", name)
 		}
 		if err := json.Unmarshal(raw, &requestID); err != nil {
-			return usageErr("%s: request_id is not a string", file)
+			return usageErr("%s: request_id must be a string", name)
 		}
 	} else {
 		canon, err := intent.Canonicalize(body)
 		if err != nil {
-			return usageErr("%s: %v", file, err)
+			return usageErr("%s: %s", name, strings.TrimPrefix(err.Error(), "canonicalize: "))
 		}
 		j := journal{dir: f.journal}
 		if requestID, err = j.requestID(canon, file, fresh); err != nil {

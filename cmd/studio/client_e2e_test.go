@@ -552,7 +552,7 @@ func TestCallerCommands(t *testing.T) {
 	}
 	e.Reset()
 	if code := runClient(context.Background(), "ls", []string{"--server", api.Addr, "--token", "wrong"}, strings.NewReader(""), &o, &e); code != exitUsage ||
-		!strings.Contains(e.String(), "(the token from --token)") {
+		!strings.Contains(e.String(), "The bearer token is not valid. The token came from --token.\n") {
 		t.Fatalf("a wrong token: exit %d, %s", code, e.String())
 	}
 

@@ -117,7 +117,7 @@ type flagDef struct {
 // parses each of its flags and their variables.
 var flags = []flagDef{
 	{"data", "STUDIO_DATA", everyCommand, func(c *Config) any { return &c.Data },
-		"data directory: holds studio.db, assets/, uploads/ (bodies being checked), gallery/ (published images) and token"},
+		"data directory: holds studio.db, assets/, uploads/ (bodies being checked), gallery/ (published images, with the files store) and token"},
 	{"addr", "STUDIO_ADDR", cmdServe, func(c *Config) any { return &c.Addr },
 		"HTTP listen address, HOST:PORT; port 0 picks a free one"},
 	{"workers", "STUDIO_WORKERS", cmdServe, func(c *Config) any { return &c.Workers },

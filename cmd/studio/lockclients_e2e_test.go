@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"studio/internal/testskip"
 	"studio/locks"
 	"studio/locks/redislock"
 	"studio/locks/sqlitelock"
@@ -96,6 +97,7 @@ func needTool(t *testing.T, name string) string {
 	t.Helper()
 	p := toolPath(t, name)
 	if p == "" {
+		testskip.Announce("Lock client ("+name+")", "put "+name+" on PATH to run them")
 		t.Skipf("%s is not on PATH: the lock client tests that run under %s are skipped", name, name)
 	}
 	return p

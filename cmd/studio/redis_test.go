@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"studio/internal/testskip"
 	"studio/locks"
 	"studio/store"
 )
@@ -41,6 +42,7 @@ func testRedisURL(t *testing.T) string {
 		if os.Getenv("STUDIO_TEST_REDIS") == "1" {
 			t.Fatalf("STUDIO_TEST_REDIS=1 but no Redis answers at %s: %v", u, err)
 		}
+		testskip.Redis.Announce()
 		t.Logf("no Redis answers at %s (%v): the Redis parts of this test do not run", u, err)
 		return ""
 	}
@@ -58,6 +60,7 @@ func ownRedisServer(t *testing.T) (url string, kill, restart func()) {
 		if os.Getenv("STUDIO_TEST_REDIS") == "1" {
 			t.Fatal("STUDIO_TEST_REDIS=1 but redis-server is not on PATH")
 		}
+		testskip.Redis.Announce()
 		t.Skip("redis-server is not on PATH: this test kills and restarts a Redis of its own")
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -23,6 +23,8 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"studio/internal/testskip"
 )
 
 // The web studio, end to end: the whole program in this process, a proxy
@@ -45,6 +47,7 @@ func chromiumPath(t *testing.T) string {
 			return p
 		}
 	}
+	testskip.Chromium.Announce()
 	t.Skip("no Chromium found (looked for chromium, chromium-browser, google-chrome on PATH; or set STUDIO_TEST_CHROMIUM=/path/to/chromium): the web studio's browser tests are skipped")
 	return ""
 }
@@ -292,15 +295,33 @@ func offline(on bool) chromedp.Action[chromedp.Void] {
 	})
 }
 
-// waitJS polls a boolean expression in the page until it holds.
+// waitJS waits until a boolean expression holds in the page: it is
+// checked at once and again after every change of the document (a
+// MutationObserver in the page), so the wait ends with the change that
+// makes it true, not at the next tick of a timer. An expression that
+// throws fails the test.
 func (p page) waitJS(what, expr string) {
 	p.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !eval[bool](p, expr) {
-		if time.Now().After(deadline) {
-			p.t.Fatalf("timed out waiting for %s; the page shows:\n%s", what, eval[string](p, `document.querySelector('main').innerText`))
-		}
-		time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(p.ctx, 90*time.Second)
+	defer cancel()
+	script := fmt.Sprintf(`new Promise((resolve, reject) => {
+		const holds = () => Boolean(%s);
+		const check = (mo) => {
+			try {
+				if (!holds()) return false;
+			} catch (err) {
+				reject(err);
+			}
+			if (mo) mo.disconnect();
+			resolve(true);
+			return true;
+		};
+		if (check(null)) return;
+		const mo = new MutationObserver(() => check(mo));
+		mo.observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+	})`, expr)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](script, chromedp.EvalAwaitPromise)); err != nil {
+		p.t.Fatalf("waiting for %s: %v; the page shows:\n%s", what, err, eval[string](p, `document.querySelector('main').innerText`))
 	}
 }
 
@@ -489,31 +510,24 @@ func TestWebStudio(t *testing.T) {
 	// A worker process starts; the page fills in without a reload.
 	wcfg := cfg
 	wcfg.Workers = 1
+	// A MutationObserver in the page notes whether part of the batch was
+	// ever shown, at every change of the grid.
+	eval[bool](p, `(() => {
+		window.partlyShown = false;
+		new MutationObserver(() => {
+			const n = document.querySelectorAll('#grid img[data-loaded]').length;
+			if (n > 0 && n < 8) window.partlyShown = true;
+		}).observe(document.querySelector('#grid'), {subtree: true, childList: true, attributes: true});
+		return true;
+	})()`)
 	w := NewMain(wcfg, modeWorker, io.Discard, io.Discard)
 	if err := w.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Close() })
-	type progress struct {
-		Loaded int
-		State  string
-	}
-	partial := false
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		n := eval[progress](p, `({Loaded: document.querySelectorAll('#grid img[data-loaded]').length, State: document.querySelector('#batch-state').dataset.state})`)
-		if n.Loaded > 0 && n.Loaded < 8 {
-			partial = true
-		}
-		if n.Loaded == 8 && n.State == "succeeded" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the page shows %d of 8 thumbnails, state %q", n.Loaded, n.State)
-		}
-		time.Sleep(40 * time.Millisecond)
-	}
-	if !partial {
+	p.waitJS("all 8 thumbnails and the batch succeeded",
+		`document.querySelectorAll('#grid img[data-loaded]').length === 8 && document.querySelector('#batch-state').dataset.state === 'succeeded'`)
+	if !eval[bool](p, `window.partlyShown`) {
 		t.Error("the page never showed part of the batch: it did not fill in as the worker drained")
 	}
 	after := eval[[]rect](p, rects)
@@ -743,6 +757,60 @@ func TestWebSSEParser(t *testing.T) {
 		if !ok {
 			t.Errorf("cut %d: %+v", i, r)
 		}
+	}
+}
+
+// TestWebBatchState runs the batch page's state (web/static/batch/state.js)
+// in the page: an older version of a task never replaces a newer one (by
+// time, whatever its fraction digits, then queued < running < ended), only
+// tasks with an image can be picked, and every change tells the
+// subscribers what changed.
+func TestWebBatchState(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 800, 600)
+	cfg := testConfig(t)
+	m, _ := startMain(t, cfg)
+	p.do(chromedp.Navigate("http://"+m.Addr()+"/"), visible(`#token`))
+	type result struct {
+		States, Picked, Assets, Notes []string
+		Batch                         string
+	}
+	const script = `(async () => {
+		const {batchState} = await import('/ui/batch/state.js');
+		const task = (id, state, at, asset) => ({id, state, updated_at: at, asset_id: asset});
+		const s = batchState({id: 'b', state: 'running'}, [
+			task('a', 'queued', '2026-01-01T00:00:01Z'),
+			task('b', 'succeeded', '2026-01-01T00:00:01.5Z', 'asset-b'),
+			task('c', 'running', '2026-01-01T00:00:01Z'),
+		]);
+		const notes = [];
+		s.subscribe((what, t) => notes.push(t ? what + ' ' + t.id + ' ' + t.state : what));
+		s.putTask(task('b', 'running', '2026-01-01T00:00:01.50000Z')); // same instant, earlier state: dropped
+		s.putTask(task('a', 'running', '2026-01-01T00:00:01.000Z')); // same instant, later state: kept
+		s.putTask(task('a', 'queued', '2026-01-01T00:00:02Z')); // later time: kept, whatever the state
+		s.putTask(task('c', 'succeeded', '2026-01-01T00:00:00.9Z', 'asset-c')); // earlier time: dropped
+		s.toggle('a'); // no image: not picked
+		s.toggle('b');
+		const assets = s.pickedAssets();
+		s.pickAll();
+		s.clearPicks();
+		s.toggle('b');
+		s.setBatch({id: 'b', state: 'succeeded'});
+		return {States: [...s.tasks.values()].map((t) => t.id + ' ' + t.state), Picked: [...s.picked], Assets: assets, Notes: notes, Batch: s.batch.state};
+	})()`
+	got, err := chromedp.Run(p.ctx, chromedp.Evaluate[result](script, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := result{
+		States: []string{"a queued", "b succeeded", "c running"},
+		Picked: []string{"b"},
+		Assets: []string{"asset-b"},
+		Notes:  []string{"task a running", "task a queued", "picked", "picked", "picked", "picked", "picked", "batch"},
+		Batch:  "succeeded",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"studio/internal/testskip"
 )
 
 // envURL names the test server, e.g.
@@ -22,6 +24,7 @@ func testURL(t testing.TB) string {
 	t.Helper()
 	u := os.Getenv(envURL)
 	if u == "" {
+		testskip.PostgreSQL.Announce()
 		t.Skip("PostgreSQL tests need a server: set " + envURL + "=postgres://user@host:port/db?sslmode=disable")
 	}
 	return u

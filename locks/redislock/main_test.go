@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"studio/internal/testskip"
 )
 
 // The tests need a Redis: the one STUDIO_TEST_REDIS_URL names, else the
@@ -60,6 +62,7 @@ func testURL(t testing.TB) string {
 		}
 	})
 	if serverURL == "" {
+		testskip.Redis.Announce()
 		msg := fmt.Sprintf("the Redis tests need a Redis: set %s, run one at 127.0.0.1:6379 or put redis-server on PATH (%v)", envURL, serverErr)
 		if os.Getenv(envRequired) == "1" {
 			t.Fatal(msg)
@@ -141,6 +144,7 @@ func ownRedis(t *testing.T) *redisServer {
 		if os.Getenv(envRequired) == "1" {
 			t.Fatal(msg)
 		}
+		testskip.Redis.Announce()
 		t.Skip(msg)
 	}
 	t.Cleanup(r.kill)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"studio/intent"
 	"studio/store"
@@ -100,7 +99,7 @@ func (s *Store) ListPublications(ctx context.Context, p store.ListParams) ([]int
 // the actor's rows after p.After, newest first (ids are drawn in time
 // order), at most p.Limit of them. col prefixes the actor and id columns:
 // the table's alias and a dot, or "".
-func pageNewestFirst[T any](ctx context.Context, pool *pgxpool.Pool, from, col string, p store.ListParams, scan func(pgx.Row) (T, error)) ([]T, error) {
+func pageNewestFirst[T any](ctx context.Context, pool querier, from, col string, p store.ListParams, scan func(pgx.Row) (T, error)) ([]T, error) {
 	q := from + ` WHERE ` + col + `actor = $1`
 	args := []any{p.Actor}
 	if p.After != "" {

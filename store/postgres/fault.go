@@ -14,23 +14,41 @@ import (
 
 func init() { store.RegisterClassifier(classify) }
 
-// classify reads a PostgreSQL error as a dependency fault: a connection
-// that could not be made (refused, no route, the server starting or
-// shutting down) or was lost (terminated by pg_terminate_backend, the
-// server restarting, the network), and the server's own SQLSTATE classes
-// (https://www.postgresql.org/docs/current/errcodes-appendix.html) for a
-// read-only server, a full disk, too many connections, a lock not granted.
-// Anything else (a constraint, a bug in a statement) is not one.
+// classify reads a PostgreSQL error as a dependency fault, or nil when it
+// is not one (a constraint, a bug in a statement: a 500).
 //
+//   - A connection that could not be made is unreachable (refused, no
+//     route, a name that does not resolve, the server starting or shutting
+//     down), unless the server itself answered with a fault of another
+//     kind (too many connections: busy).
+//   - The server's own SQLSTATE classes
+//     (https://www.postgresql.org/docs/current/errcodes-appendix.html):
+//     a read-only server, a full disk, too many connections, a lock not
+//     granted, a connection exception.
+//   - A live connection lost (terminated by pg_terminate_backend, reset,
+//     closed, the server restarting) is unreachable.
+//   - A live connection that did not answer within a deadline set on it
+//     is busy: the server is slow or the link stalled, and it is not known
+//     to be down. (A deadline of the caller's context is not a fault at
+//     all; one that --db-wait set is made a busy fault where the store
+//     waits for a connection.)
+//
+// Any other network error is not classified: a bug until shown otherwise.
 // A fault after the request may have reached the server is marked
 // MaybeCommitted (pgconn.SafeToRetry says whether nothing was sent).
 func classify(err error) *store.Fault {
+	var pe *pgconn.PgError
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) {
+		// Nothing was sent: no commit in doubt.
+		if errors.As(err, &pe) {
+			if kind := pgFaults[pe.Code]; kind != "" {
+				return &store.Fault{Kind: kind, Err: err}
+			}
+		}
 		return &store.Fault{Kind: store.FaultUnreachable, Err: err}
 	}
 	maybe := !pgconn.SafeToRetry(err)
-	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		kind := pgFaults[pe.Code]
 		if kind == "" && strings.HasPrefix(pe.Code, "08") { // connection_exception
@@ -44,12 +62,36 @@ func classify(err error) *store.Fault {
 		return &store.Fault{Kind: kind, MaybeCommitted: kind == store.FaultUnreachable && maybe, Err: err}
 	}
 	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, net.ErrClosed) {
+	if errors.As(err, &ne) && ne.Timeout() {
+		return &store.Fault{Kind: store.FaultBusy, MaybeCommitted: maybe, Err: err}
+	}
+	if connectionLost(err) {
 		return &store.Fault{Kind: store.FaultUnreachable, MaybeCommitted: maybe, Err: err}
 	}
 	return nil
+}
+
+// connectionLost says whether err is the end of a connection: the server
+// or the network closed or reset it, or it could not be reached.
+func connectionLost(err error) bool {
+	var dns *net.DNSError
+	var op *net.OpError
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, net.ErrClosed), errors.Is(err, pgconn.ErrConnClosed),
+		errors.As(err, &dns):
+		return true
+	case errors.As(err, &op):
+		// A read, write or dial of the connection that failed.
+		return true
+	}
+	for _, errno := range []syscall.Errno{syscall.ECONNRESET, syscall.ECONNREFUSED, syscall.ECONNABORTED, syscall.EPIPE,
+		syscall.ENETUNREACH, syscall.EHOSTUNREACH, syscall.ENETDOWN, syscall.EHOSTDOWN} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return false
 }
 
 // pgFaults maps the SQLSTATE codes that are faults to their kind.

@@ -49,7 +49,7 @@ type Config struct {
 
 // Store is a PostgreSQL-backed store.Store.
 type Store struct {
-	pool   *pgxpool.Pool
+	pool   pool // bounds the wait for a connection (pool.go)
 	now    func() time.Time
 	schema string // the schema holding the tables
 	create bool   // Config.Schema named it: create it if missing
@@ -77,18 +77,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	pp, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
 	w, err := newWakes()
 	if err != nil {
-		pool.Close()
+		pp.Close()
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
-	s := &Store{pool: pool, now: cfg.Now, schema: cfg.Schema, create: cfg.Schema != "", wakes: w}
+	s := &Store{pool: pool{pp}, now: cfg.Now, schema: cfg.Schema, create: cfg.Schema != "", wakes: w}
 	if err := s.migrate(ctx); err != nil {
-		pool.Close()
+		pp.Close()
 		return nil, err
 	}
 	w.hub.Feed(s.listen)
@@ -124,7 +124,7 @@ func (s *Store) Close() error {
 // Pool returns the connection pool, for code of this engine that keeps its
 // own tables in the same schema (the lock store, the blob store) and for
 // benchmarks of bare statements.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+func (s *Store) Pool() *pgxpool.Pool { return s.pool.Pool }
 
 // Schema is the schema holding the store's tables.
 func (s *Store) Schema() string { return s.schema }
@@ -232,7 +232,8 @@ func lockKey(name string) int64 {
 
 // PostgreSQL error codes the store translates.
 const (
-	codeUniqueViolation = "23505"
+	codeUniqueViolation     = "23505"
+	codeForeignKeyViolation = "23503"
 )
 
 // interpret translates driver errors into domain errors, once, here.

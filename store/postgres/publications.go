@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"studio/intent"
 	"studio/store"
@@ -36,10 +37,13 @@ func insertPublication(ctx context.Context, tx pgx.Tx, b intent.Binding, np *int
 		SELECT $1, $2, $3, id, $4, $5, $5, $6, $6 FROM batches WHERE id = $7 AND actor = $2`,
 		np.ID, b.Actor, b.RequestID, np.Channel, n, now, np.BatchID)
 	if err != nil {
+		if batchDeleted(err) {
+			return noBatch(np.BatchID)
+		}
 		return fmt.Errorf("insert publication: %w", interpret(err))
 	}
 	if tag.RowsAffected() == 0 {
-		return intent.Errorf(intent.EUnprocessable, "No batch of yours has the id %s.", np.BatchID)
+		return noBatch(np.BatchID)
 	}
 	ids, assets := make([]string, n), make([]string, n)
 	for i, it := range np.Items {
@@ -59,6 +63,9 @@ func insertPublication(ctx context.Context, tx pgx.Tx, b intent.Binding, np *int
 		return fmt.Errorf("insert items: %w", interpret(err))
 	}
 	inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if batchDeleted(err) {
+		return noBatch(np.BatchID)
+	}
 	if err != nil {
 		return fmt.Errorf("insert items: %w", interpret(err))
 	}
@@ -70,6 +77,24 @@ func insertPublication(ctx context.Context, tx pgx.Tx, b intent.Binding, np *int
 		}
 	}
 	return nil
+}
+
+// batchDeleted says whether err is a foreign key violation of the
+// publication's inserts: the batch (or its assets) deleted by a
+// transaction that committed while the insert waited for its row. The
+// insert's SELECT saw the batch in its snapshot; the key check, which
+// waits for the deleting transaction, did not find it any more.
+func batchDeleted(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == codeForeignKeyViolation
+}
+
+// noBatch is the answer for a publication of a batch that is not (or no
+// longer) the actor's: the same 422 the service gives when its check
+// before the transaction finds no batch.
+func noBatch(batchID string) error {
+	return &intent.Error{Code: intent.EUnprocessable, Message: fmt.Sprintf("No batch of yours has the id %s.", batchID),
+		Fields: []intent.FieldError{{Field: "batch_id", Message: "is not one of your batches"}}}
 }
 
 // CheckPublicationAssets says whether the batch is the actor's and which
@@ -162,6 +187,18 @@ func (s *Store) PublicationItems(ctx context.Context, publicationID string) ([]s
 		return nil, fmt.Errorf("publication items: %w", err)
 	}
 	return items, nil
+}
+
+// PublicationItem answers the publication's item that names the asset.
+func (s *Store) PublicationItem(ctx context.Context, publicationID, assetID string) (store.PublicationItem, error) {
+	items, err := queryItems(ctx, s.pool, `i.publication_id = $1 AND i.asset_id = $2`, publicationID, assetID)
+	if err != nil {
+		return store.PublicationItem{}, fmt.Errorf("publication item: %w", err)
+	}
+	if len(items) == 0 {
+		return store.PublicationItem{}, intent.Errorf(intent.ENotFound, "The publication has no item of asset %s.", assetID)
+	}
+	return items[0], nil
 }
 
 // applyPublicationDeltas writes the publications' new counts, in id order, in one round

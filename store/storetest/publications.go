@@ -166,6 +166,15 @@ func testPublicationCreateThenReplay(t *testing.T, h Harness) {
 			it.Frame == "" || it.Generator == "" || it.Collection != "walk" || it.Candidate != 1 || it.Asset.SHA256 == "" {
 			t.Fatalf("item %d = %+v", i, it)
 		}
+		if one, err := ps.PublicationItem(ctx(t), p.ID, it.Asset.ID); err != nil || one.ID != it.ID || one.Asset.ID != it.Asset.ID || one.Asset.SHA256 != it.Asset.SHA256 || one.State != it.State || one.Frame != it.Frame {
+			t.Fatalf("PublicationItem(%s) = %+v, %v; want %+v", it.Asset.ID, one, err, it)
+		}
+	}
+	if _, err := ps.PublicationItem(ctx(t), p.ID, assets[3]); intent.ErrorCode(err) != intent.ENotFound {
+		t.Fatalf("PublicationItem of an asset not published: %v, want ENotFound", err)
+	}
+	if _, err := ps.PublicationItem(ctx(t), "no-such-publication", assets[0]); intent.ErrorCode(err) != intent.ENotFound {
+		t.Fatalf("PublicationItem of a missing publication: %v, want ENotFound", err)
 	}
 
 	// A retry carries new ids; the store keeps the first tree.

@@ -13,6 +13,37 @@ export function setToken(t) {
   else sessionStorage.removeItem(TOKEN_KEY);
 }
 
+// stored reads a JSON value this tab kept in sessionStorage (null when
+// there is none). An entry that is not JSON was damaged outside the page:
+// it is removed and reads as none, which every caller treats as "start
+// afresh".
+export function stored(key) {
+  const text = sessionStorage.getItem(key);
+  if (text === null) return null;
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    console.warn(`sessionStorage ${key} is not JSON (${err.message}); dropped`);
+    sessionStorage.removeItem(key);
+    return null;
+  }
+}
+
+// store keeps v as JSON in sessionStorage; null removes the entry.
+export function store(key, v) {
+  if (v === null) sessionStorage.removeItem(key);
+  else sessionStorage.setItem(key, JSON.stringify(v));
+}
+
+// sleep resolves after ms, or as soon as signal aborts.
+export function sleep(ms, signal) {
+  const done = signal ? AbortSignal.any([signal, AbortSignal.timeout(ms)]) : AbortSignal.timeout(ms);
+  return new Promise((resolve) => {
+    if (done.aborted) resolve();
+    else done.addEventListener('abort', () => resolve(), {once: true});
+  });
+}
+
 // ApiError is an answer from studio that refuses the request: a 4xx, or a
 // 5xx that studio itself wrote as a problem document for a read. It carries
 // the problem document (type, title, status, detail, errors).
@@ -71,6 +102,8 @@ export async function api(path, {method = 'GET', body, headers = {}, timeoutMs =
     throw new LostAnswer(timeout.aborted ? `the answer did not finish within ${Math.round(timeoutMs / 1000)} s` : 'the answer was cut off', res.status);
   }
   const type = res.headers.get('Content-Type') || '';
+  // A body that is not JSON is not lost: below, a 2xx without readable
+  // data is a LostAnswer and an error answer shows its text.
   let data = null;
   if (text && /json/.test(type)) {
     try {

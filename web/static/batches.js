@@ -31,13 +31,15 @@ export async function batchesView(main, signal) {
     empty.hidden = body.children.length > 0;
   }
   const failed = h('div', {'aria-live': 'polite'});
-  more.addEventListener('click', () => {
+  // next reads one more page, showing why when it could not.
+  function next(lead) {
     replace(failed);
     page().catch((err) => {
       more.disabled = false;
-      if (!signal.aborted) replace(failed, failureView(err, 'The next page could not be read.'));
+      if (!signal.aborted) replace(failed, failureView(err, lead));
     });
-  });
+  }
+  more.addEventListener('click', () => next('The next page could not be read.'));
 
   replace(main,
     h('h1', {}, 'Batches'),
@@ -49,6 +51,6 @@ export async function batchesView(main, signal) {
       body),
     empty,
     failed,
-    h('div', {class: 'actions'}, more, h('button', {type: 'button', onclick: () => { body.replaceChildren(); cursor = null; page(); }}, 'Refresh')));
+    h('div', {class: 'actions'}, more, h('button', {type: 'button', onclick: () => { body.replaceChildren(); cursor = null; next('The batches could not be read.'); }}, 'Refresh')));
   await page();
 }

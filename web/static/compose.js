@@ -6,7 +6,7 @@
 // (200, Idempotent-Replayed) instead of making a second one. Editing the
 // draft after a review makes a new id at the next review.
 
-import {api, ApiError, LostAnswer, newRequestID} from './api.js';
+import {api, ApiError, LostAnswer, newRequestID, store, stored} from './api.js';
 import {h, problemView, replace} from './dom.js';
 import {go} from './router.js';
 
@@ -23,19 +23,6 @@ function defaultDraft() {
     seed: '',
     params: '{}',
   };
-}
-
-function load(key) {
-  try {
-    return JSON.parse(sessionStorage.getItem(key) || 'null');
-  } catch {
-    return null;
-  }
-}
-
-function save(key, v) {
-  if (v === null) sessionStorage.removeItem(key);
-  else sessionStorage.setItem(key, JSON.stringify(v));
 }
 
 // frameList splits the frames field: labels separated by commas or new
@@ -118,7 +105,7 @@ function fieldErrors(errors) {
 }
 
 export async function composeView(main, cat) {
-  const draft = load(DRAFT_KEY) || defaultDraft();
+  const draft = stored(DRAFT_KEY) || defaultDraft();
   // Keep only choices this catalog still offers.
   const names = [...Object.keys(cat.routes), ...cat.generators.map((g) => g.id)];
   draft.providers = draft.providers.filter((p) => names.includes(p));
@@ -128,7 +115,7 @@ export async function composeView(main, cat) {
   const setsBox = h('div');
 
   function changed() {
-    save(DRAFT_KEY, draft);
+    store(DRAFT_KEY, draft);
     const b = build(draft, cat);
     replace(count, countLine(b.count));
   }
@@ -201,7 +188,7 @@ export async function composeView(main, cat) {
   problems,
   h('div', {class: 'actions'},
     h('button', {type: 'submit', class: 'primary', id: 'review'}, 'Review'),
-    h('button', {type: 'button', id: 'reset', onclick: () => { save(DRAFT_KEY, null); go('#/compose'); }}, 'Start over')));
+    h('button', {type: 'button', id: 'reset', onclick: () => { store(DRAFT_KEY, null); go('#/compose'); }}, 'Start over')));
 
   replace(main, h('h1', {}, 'Compose'), form);
   renderSets();
@@ -213,16 +200,16 @@ export async function composeView(main, cat) {
 // have been lost, and a new id could make a second batch).
 function openReview(body) {
   const key = JSON.stringify(body);
-  const prev = load(REVIEW_KEY);
+  const prev = stored(REVIEW_KEY);
   let id = newRequestID();
   if (prev && prev.key === key && (prev.status === 'new' || prev.status === 'lost')) id = prev.id;
   const text = JSON.stringify({request_id: id, ...body}, null, 2);
-  save(REVIEW_KEY, {id, key, text, status: prev && prev.id === id ? prev.status : 'new', lost: prev && prev.id === id ? prev.lost : null});
+  store(REVIEW_KEY, {id, key, text, status: prev && prev.id === id ? prev.status : 'new', lost: prev && prev.id === id ? prev.lost : null});
   go('#/review');
 }
 
 export async function reviewView(main, cat) {
-  const review = load(REVIEW_KEY);
+  const review = stored(REVIEW_KEY);
   if (!review) {
     go('#/compose');
     return;
@@ -251,7 +238,7 @@ export async function reviewView(main, cat) {
     replace(out, h('p', {class: 'muted', id: 'sending'}, `Sending request ${review.id}…`));
     try {
       const res = await api('/v1/generations', {method: 'POST', body: review.text, timeoutMs: 30000});
-      save(REVIEW_KEY, null);
+      store(REVIEW_KEY, null);
       const replayed = res.headers.get('Idempotent-Replayed') === 'true';
       sessionStorage.setItem('studio.flash', replayed ?
         `Submitted again: studio had already made this batch from request ${review.id}, and answered it (no second batch).` :
@@ -261,14 +248,14 @@ export async function reviewView(main, cat) {
       if (err instanceof LostAnswer) {
         review.status = 'lost';
         review.lost = err.reason;
-        save(REVIEW_KEY, review);
+        store(REVIEW_KEY, review);
         replace(out, lostNotice(err.reason));
         submit.textContent = 'Submit again';
         submit.disabled = false;
       } else if (err instanceof ApiError) {
         if (err.status === 401) return;
         review.status = 'refused';
-        save(REVIEW_KEY, review);
+        store(REVIEW_KEY, review);
         replace(out, problemView(err, err.status === 409 ?
           'This request id already belongs to a different request. Edit and review again to make a new id.' :
           'studio refused the request. Edit it and review again.'));

@@ -6,7 +6,7 @@
 // last id seen goes back as the Last-Event-ID header, so the server sends
 // only what was missed.
 
-import {token} from './api.js';
+import {sleep, token} from './api.js';
 
 // Unsupported: the server has no events route (404/405/501); the caller
 // falls back to polling.
@@ -57,29 +57,32 @@ export function parser(onEvent, onRetry) {
 // signal aborts, or the server says it has no such stream. It reconnects
 // after a dropped connection (backing off from 1 s to 15 s, or the server's
 // retry), sending Last-Event-ID; a stream silent for idleMs (no event, no
-// heartbeat) counts as dropped. onState(s) reports 'live' or
-// 'reconnecting'.
+// heartbeat) counts as dropped. onState(s, why) reports 'live', or
+// 'reconnecting' with why the connection was lost.
 export async function follow(url, {onEvent, onState = () => {}, signal, until = 'done', idleMs = 45000}) {
   let lastID = null;
   let delay = 1000;
   let retryMS = null;
-  for (;;) {
-    if (signal.aborted) return;
-    const ctl = new AbortController();
-    const stop = () => ctl.abort();
-    signal.addEventListener('abort', stop, {once: true});
-    let idle;
-    const arm = () => { clearTimeout(idle); idle = setTimeout(() => ctl.abort(), idleMs); };
+  while (!signal.aborted) {
+    // The watchdog aborts the connection when nothing arrived for idleMs.
+    // It restarts with every chunk, which AbortSignal.timeout cannot do.
+    const idle = new AbortController();
+    let watchdog;
+    const arm = () => {
+      clearTimeout(watchdog);
+      watchdog = setTimeout(() => idle.abort(new Error(`nothing arrived for ${idleMs / 1000} s`)), idleMs);
+    };
     let finished = false;
+    let why = 'the server ended the stream';
     try {
       const headers = {Accept: 'text/event-stream', Authorization: `Bearer ${token()}`};
       if (lastID !== null) headers['Last-Event-ID'] = lastID;
       arm();
-      const res = await fetch(url, {headers, signal: ctl.signal, cache: 'no-store', credentials: 'omit'});
+      const res = await fetch(url, {headers, signal: AbortSignal.any([signal, idle.signal]), cache: 'no-store', credentials: 'omit'});
       if (res.status === 404 || res.status === 405 || res.status === 501) throw new Unsupported(`events: ${res.status}`);
       if (res.status === 401 || res.status === 403) throw new Unsupported(`events: ${res.status}`);
       if (!res.ok || !res.body || !(res.headers.get('Content-Type') || '').startsWith('text/event-stream')) {
-        throw new Error(`events: ${res.status}`);
+        throw new Error(`the server answered ${res.status} ${res.headers.get('Content-Type') || ''}`.trim());
       }
       onState('live');
       delay = 1000;
@@ -95,23 +98,19 @@ export async function follow(url, {onEvent, onState = () => {}, signal, until = 
         arm();
         feed(value);
         if (finished) {
-          ctl.abort();
-          break;
+          await reader.cancel();
+          return;
         }
       }
-    } catch (e) {
-      if (e instanceof Unsupported) throw e;
+    } catch (err) {
+      if (err instanceof Unsupported) throw err;
       if (signal.aborted) return;
+      why = idle.signal.aborted ? idle.signal.reason.message : err.message;
     } finally {
-      clearTimeout(idle);
-      signal.removeEventListener('abort', stop);
+      clearTimeout(watchdog);
     }
-    if (finished || signal.aborted) return;
-    onState('reconnecting');
-    await new Promise((resolve) => {
-      const t = setTimeout(resolve, retryMS ?? delay);
-      signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, {once: true});
-    });
+    onState('reconnecting', why);
+    await sleep(retryMS ?? delay, signal);
     delay = Math.min(delay * 2, 15000);
   }
 }

@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"studio/internal/testskip"
 )
 
 // Environment variables.
@@ -82,6 +84,7 @@ func script(t testing.TB) string {
 		if os.Getenv(EnvRequire) == "1" {
 			t.Fatalf("%s=1 but s3rver cannot run: %v", EnvRequire, installErr)
 		}
+		testskip.S3.Announce()
 		t.Skipf("object store tests need s3rver (node and npm; set %s=1 to fail instead): %v", EnvRequire, installErr)
 	}
 	return installPath

@@ -8,15 +8,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net/url"
 	"os"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"studio/internal/testskip"
 )
 
 // EnvURL is the environment variable holding the test server's URL, e.g.
@@ -28,45 +27,13 @@ func URL(t testing.TB) string {
 	t.Helper()
 	u := os.Getenv(EnvURL)
 	if u == "" {
-		announceSkip()
+		testskip.PostgreSQL.Announce()
 		t.Skip(skipMessage)
 	}
 	return u
 }
 
 const skipMessage = "PostgreSQL tests need a server: set " + EnvURL + "=postgres://user@host:port/db?sslmode=disable"
-
-var announceOnce sync.Once
-
-// announceSkip says once, without -v, that the PostgreSQL tests were
-// skipped and how to run them. `go test ./...` shows nothing of a passing
-// package's output but its ok line, so the line goes to the stderr of the
-// go command that runs this test binary (its parent, through /proc: Linux
-// only; elsewhere the skip message shows with -v). Test binaries of one
-// `go test` run share the go command's work directory, which holds the
-// binaries and is removed when the run ends: a marker file there makes the
-// line print once for the whole run, not once per package.
-func announceSkip() {
-	announceOnce.Do(func() {
-		marker := filepath.Join(filepath.Dir(filepath.Dir(os.Args[0])), "studio-pgtest-skipped")
-		f, err := os.OpenFile(marker, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return // another package of this run said it, or no place to mark it
-		}
-		_ = f.Close()
-		out, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/2", os.Getppid()), os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			return
-		}
-		defer out.Close()
-		if fi, err := out.Stat(); err != nil || fi.Mode().IsRegular() {
-			// A file: the go command writes it at its own offset and would
-			// write over the line. A terminal or a pipe keeps it.
-			return
-		}
-		fmt.Fprintf(out, "studio: PostgreSQL tests skipped; to run them: %s='postgres://postgres@127.0.0.1:5432/test?sslmode=disable' go test ./...\n", EnvURL)
-	})
-}
 
 // Schema creates a fresh schema on the test server, dropped (with all it
 // holds) when the test ends. It returns the schema's name and a URL whose
