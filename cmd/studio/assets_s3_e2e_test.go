@@ -465,7 +465,7 @@ func TestBenchAssetsDrain(t *testing.T) {
 	}
 	var stdout, stderr bytes.Buffer
 	data := t.TempDir()
-	args := []string{"bench", "--data", data, "--database", url, "--assets", bk.url(""), "--json", "--n", "1", "--tasks", "8", "--ops", "assets"}
+	args := []string{"bench", "--data", data, "--database", url, "--assets", bk.url(""), "--json", "--n", "1", "--tasks", "100", "--ops", "assets"}
 	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
@@ -484,11 +484,15 @@ func TestBenchAssetsDrain(t *testing.T) {
 			FloorPerS *float64 `json:"floor_per_s"`
 			WAL       *float64 `json:"wal_bytes_per_task"`
 			FloorWAL  *float64 `json:"floor_wal_bytes_per_task"`
+			CPU       *float64 `json:"worker_cpu_per_task_us"`
+			FloorCPU  *float64 `json:"floor_worker_cpu_per_task_us"`
 		}
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatal(err)
 		}
-		if r.N != 8 || r.PerS <= 0 || r.FloorPerS == nil || *r.FloorPerS <= 0 || r.WAL == nil || r.FloorWAL == nil {
+		t.Log(line)
+		if r.N != 100 || r.PerS <= 0 || r.FloorPerS == nil || *r.FloorPerS <= 0 || r.WAL == nil || r.FloorWAL == nil ||
+			r.CPU == nil || *r.CPU <= 0 || r.FloorCPU == nil || *r.FloorCPU <= 0 {
 			t.Fatalf("result %s", line)
 		}
 		// The blobs table writes each 256 KiB image to the WAL; the
@@ -497,9 +501,10 @@ func TestBenchAssetsDrain(t *testing.T) {
 			t.Fatalf("%s: WAL per task %.0f with the object store, %.0f with the blobs table", r.Op, *r.WAL, *r.FloorWAL)
 		}
 	}
-	// 8 images per side and round in the bucket, none left in the table.
-	if n := len(bk.keys("sha256")); n != 16 {
-		t.Fatalf("bucket holds %d images, want 16", n)
+	// 100 images per operation in the bucket (the blobs table side puts
+	// none there).
+	if n := len(bk.keys("sha256")); n != 200 {
+		t.Fatalf("bucket holds %d images, want 200", n)
 	}
 }
 

@@ -171,7 +171,7 @@ func benchConfig(cfg Config, e *engine, redisURL string) (bench.Config, func()) 
 		ServeShared: func(ctx context.Context) (string, func() error, error) { return benchServe(ctx, cfg, e) },
 		Wake:        e.wake,
 		Assets:      cfg.Assets,
-		Workers: func(ctx context.Context, n int, assets string) (func() error, error) {
+		Workers: func(ctx context.Context, n int, assets string) (func() (time.Duration, error), error) {
 			return startBenchWorkers(ctx, cfg, n, assets)
 		},
 		WALPosition: e.walPosition,
@@ -186,9 +186,10 @@ var benchWorkerBinary = os.Executable
 // 4 tasks at once each, with STUDIO_ASSETS=assets, and waits until each
 // has started its workers. Each process gets a --data directory of its own
 // under cfg.Data. The function it answers stops them (SIGTERM), waits for
-// their exit and removes their directories and the catalog it wrote; so
-// does a failure to start one.
-func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (func() error, error) {
+// their exit, removes their directories and the catalog it wrote, and
+// answers the CPU time (user and system) the processes used; a failure to
+// start one stops and removes the others too.
+func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (func() (time.Duration, error), error) {
 	bin, err := benchWorkerBinary()
 	if err != nil {
 		return nil, err
@@ -201,8 +202,9 @@ func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (f
 	}
 	var cmds []*exec.Cmd
 	dirs := []string{catalog}
-	stop := func() error {
+	stop := func() (time.Duration, error) {
 		var errs []error
+		var cpu time.Duration
 		for _, c := range cmds {
 			c.Process.Signal(syscall.SIGTERM)
 		}
@@ -210,13 +212,16 @@ func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (f
 			if err := c.Wait(); err != nil {
 				errs = append(errs, err)
 			}
+			if ps := c.ProcessState; ps != nil {
+				cpu += ps.UserTime() + ps.SystemTime()
+			}
 		}
 		for _, d := range dirs {
 			if err := os.RemoveAll(d); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		return errors.Join(errs...)
+		return cpu, errors.Join(errs...)
 	}
 	for range n {
 		dir, err := os.MkdirTemp(cfg.Data, "worker-")

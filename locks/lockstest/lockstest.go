@@ -106,6 +106,7 @@ func Run(t *testing.T, open func(t *testing.T) *Fixture) {
 		{"SemaphoreRacingAfterExpiry", testSemaphoreRacingExpired},
 		{"SemaphoreStaleOwner", testSemaphoreStale},
 		{"SemaphoreFencesGrow", testSemaphoreFences},
+		{"SemaphoreLimitBelowOne", testLimitBelowOne},
 		{"LocksAndSemaphoresApart", testKeySpacesApart},
 		{"InspectLock", testInspectLock},
 		{"InspectSlots", testInspectSlots},
@@ -690,6 +691,14 @@ func testSemaphoreFences(t *testing.T, f *Fixture) {
 			releaseSlot(t, s, "sem", owner)
 		} else {
 			f.Clock.Advance(long)
+		}
+	}
+}
+
+func testLimitBelowOne(t *testing.T, f *Fixture) {
+	for _, limit := range []int{0, -1} {
+		if _, _, err := f.Store.AcquireSlot(t.Context(), "k", "a", limit, long); !errors.Is(err, locks.ErrInvalid) {
+			t.Fatalf("AcquireSlot with limit %d: %v, want ErrInvalid", limit, err)
 		}
 	}
 }

@@ -57,7 +57,9 @@ func TestReleaseWakesOtherProcess(t *testing.T) {
 			go func() {
 				got <- hold(waiter, func(context.Context, *locks.Lease) error { return nil })
 			}()
-			// Let the waiter find the key held and start its hour-long poll.
+			// Release once the waiter found the key held and waits for its
+			// hour-long poll: its engine's line was empty, so it is in
+			// line (Waiters 1) only after the store refused it.
 			deadline := time.Now().Add(10 * time.Second)
 			for time.Now().Before(deadline) {
 				info, err := waiter.Inspect(ctx, "k")
@@ -68,12 +70,11 @@ func TestReleaseWakesOtherProcess(t *testing.T) {
 					return err
 				}
 				if info.Waiters == 1 {
-					break
+					return nil
 				}
 				time.Sleep(time.Millisecond)
 			}
-			time.Sleep(20 * time.Millisecond)
-			return nil
+			return errors.New("the waiter did not queue within 10 s")
 		})
 		if err != nil {
 			t.Fatal(err)

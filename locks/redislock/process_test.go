@@ -152,10 +152,10 @@ func (c *child) expect(t testing.TB, prefix string) []string {
 	return nil
 }
 
-// handoffRound: the parent holds "k", tells the child to wait for it, holds
-// on 20 ms once the child waits, and returns; it answers the time from
-// its fn's return to the child's fn starting (one machine, one wall
-// clock).
+// handoffRound: the parent holds "k", tells the child to wait for it, and
+// returns once the child waits (its line was empty, so it is in line only
+// after the store refused it); it answers the time from its fn's return
+// to the child's fn starting (one machine, one wall clock).
 func handoffRound(t testing.TB, e *locks.Engine, c *child, i int) time.Duration {
 	t.Helper()
 	var released time.Time
@@ -164,7 +164,6 @@ func handoffRound(t testing.TB, e *locks.Engine, c *child, i int) time.Duration 
 			return err
 		}
 		c.expect(t, "waiting")
-		time.Sleep(20 * time.Millisecond)
 		released = time.Now()
 		return nil
 	})
