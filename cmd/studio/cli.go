@@ -628,18 +628,22 @@ func newWaitProgress(w io.Writer, terminal bool) *waitProgress {
 	return &waitProgress{w: w, terminal: terminal, start: time.Now(), started: -1, errTasks: map[string]map[string]bool{}}
 }
 
-// errorKey is a task error with what differs from task to task taken out
-// ("attempt N: ", ids), so that one cause reads as one error.
+// errorKey is a task error with what differs from task to task and try
+// to try taken out ("attempt N: ", ids, an attempt's number inside the
+// text), so that one cause reads as one error.
 func errorKey(msg string) string {
 	if rest, ok := strings.CutPrefix(msg, "attempt "); ok {
 		if _, after, ok := strings.Cut(rest, ": "); ok {
 			msg = after
 		}
 	}
-	return uuidRE.ReplaceAllString(msg, "<id>")
+	return attemptRE.ReplaceAllString(uuidRE.ReplaceAllString(msg, "<id>"), "attempt N")
 }
 
-var uuidRE = regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`)
+var (
+	uuidRE    = regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`)
+	attemptRE = regexp.MustCompile(`\battempt \d+\b`)
+)
 
 // seeError counts a task's error; it answers whether the error is new.
 func (p *waitProgress) seeError(taskID, msg string) bool {
