@@ -210,12 +210,12 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch sub {
 	case "revoke":
 		t, err := s.RevokeToken(ctx, rest[0])
-		if err != nil {
-			err = fmt.Errorf("revoke %s: %w", rest[0], err)
-			if c := intent.ErrorCode(err); c == intent.EInvalid || c == intent.ENotFound {
-				return &cliError{exitUsage, err} // no such token: a bad argument
-			}
-			return err
+		switch intent.ErrorCode(err) {
+		case "":
+		case intent.EInvalid, intent.ENotFound: // a bad argument
+			return usageErr("revoke %s: %s", rest[0], "no such token (studio token list shows them)")
+		default:
+			return fmt.Errorf("revoke %s: %w", rest[0], err)
 		}
 		if *asJSON {
 			return printJSON(stdout, tokenView(t, time.Now()))
@@ -448,7 +448,7 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageErr("backup is for SQLite; on PostgreSQL use pg_dump (docs/postgres.md)")
 	}
 	if _, err := os.Stat(dir); err == nil {
-		return usageErr("backup: %s exists; give a new directory", dir)
+		return usageErr("%s exists; give a new directory", dir)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("backup: %w", err)
