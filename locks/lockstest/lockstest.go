@@ -17,6 +17,11 @@
 // The suite needs to move the store's clock by hand: a SQL store can take
 // "now" from a bound parameter when a test sets one (see the SQLite lock
 // store for an example: COALESCE(?, the database's clock)).
+//
+// Tests that need more than a Fixture a store's test file calls itself:
+// ShortLeasesEnd (the store on its own clock), EnginesExclude (two
+// engines on two stores of the same data), and StartWaiter with
+// ServeWaiter (a waiter in another OS process).
 package lockstest
 
 import (

@@ -116,7 +116,7 @@ func TestWithoutNotifyPolls(t *testing.T) {
 		}()
 		// Release only once the waiter waits: it must learn of it by
 		// polling, and its poll is an hour away.
-		for {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 			info, err := waiter.Inspect(ctx, "k")
 			if err != nil {
 				return err
@@ -126,6 +126,7 @@ func TestWithoutNotifyPolls(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+		return errors.New("the waiter did not queue within 10 s")
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +184,10 @@ func TestCloseCancelsHungAcquire(t *testing.T) {
 		})
 	}()
 	// Wait until the acquisition waits on the advisory lock.
-	for {
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if time.Now().After(deadline) {
+			t.Fatal("the acquisition did not wait on the advisory lock within 10 s")
+		}
 		var n int
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks
 			WHERE locktype = 'advisory' AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND NOT granted`,

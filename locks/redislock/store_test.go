@@ -269,7 +269,7 @@ func TestReleaseWakesOtherStore(t *testing.T) {
 					go func() {
 						got <- hold(waiter, func(context.Context, *locks.Lease) error { return nil })
 					}()
-					for {
+					for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 						info, err := waiter.Inspect(ctx, "k")
 						if sem {
 							info, err = waiter.InspectSemaphore(ctx, "k")
@@ -282,6 +282,7 @@ func TestReleaseWakesOtherStore(t *testing.T) {
 						}
 						time.Sleep(time.Millisecond)
 					}
+					return errors.New("the waiter did not queue within 10 s")
 				})
 				if err != nil {
 					t.Fatal(err)
