@@ -844,7 +844,7 @@ func readJournal(path string) (string, error) {
 	}
 	var e journalEntry
 	if err := json.Unmarshal(bytes.TrimSpace(b), &e); err != nil || e.RequestID == "" {
-		return "", fmt.Errorf("journal entry %s is damaged (remove it, or use --new): %v", path, err)
+		return "", fmt.Errorf("entry %s is damaged: it does not hold a request id (remove it, or use --new)", path)
 	}
 	return e.RequestID, nil
 }

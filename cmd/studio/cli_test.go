@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net"
@@ -16,6 +18,7 @@ import (
 	"testing"
 
 	apiclient "studio/client"
+	"studio/intent"
 )
 
 // TestCLISubmitMalformedFile: a request file that is not a JSON object
@@ -461,5 +464,30 @@ func TestHelpEnvironment(t *testing.T) {
 				t.Errorf("studio %s --%s: %s=%s does not set it: %s", strings.Join(args, " "), name, m[1], sample, got)
 			}
 		}
+	}
+}
+
+// TestCLIDamagedJournal: a journal entry that is not what submit wrote
+// stops the submit (exit 1: nothing is sent under a guessed id) with a
+// message that says what to do, not the decoder's words.
+func TestCLIDamagedJournal(t *testing.T) {
+	t.Parallel()
+	journal := t.TempDir()
+	body := []byte(`{"prompt": "p", "sets": [{"collection": "c", "frames": ["a"]}]}`)
+	canon, err := intent.Canonicalize(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(canon)
+	entry := filepath.Join(journal, hex.EncodeToString(sum[:])+".json")
+	if err := os.WriteFile(entry, []byte("{\"request_id\": tru"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := runClient(context.Background(), "submit", []string{"-", "--server", "127.0.0.1:1", "--token", "x", "--journal", journal},
+		bytes.NewReader(body), &out, &errb)
+	want := "studio submit: journal: entry " + entry + " is damaged: it does not hold a request id (remove it, or use --new)\n"
+	if code != exitTasksFailed || errb.String() != want {
+		t.Fatalf("exit %d, %q; want 1, %q", code, errb.String(), want)
 	}
 }
