@@ -106,7 +106,7 @@ func TestStandaloneDependencies(t *testing.T) {
 		}
 	}
 	slices.Sort(ours)
-	want := []string{"studio/locks", "studio/locks/pglock", "studio/locks/redislock", "studio/locks/sqlitelock"}
+	want := []string{"studio/locks", "studio/locks/pglock", "studio/locks/pglock/pglisten", "studio/locks/redislock", "studio/locks/sqlitelock"}
 	if strings.Join(ours, " ") != strings.Join(want, " ") {
 		t.Fatalf("studio packages in the dependencies: %v, want only %v", ours, want)
 	}
