@@ -151,7 +151,20 @@ func runClient(ctx context.Context, cmd string, args []string, stdin io.Reader, 
 //	400 Bad Request: The request body is invalid.
 //	  prompt: must not be empty
 //	  sets: must have 1 to 20 items
+//
+// A server that did not answer is said as a person would, with where to
+// look (the words of Go's network stack stay out):
+//
+//	cannot reach the server at http://127.0.0.1:7070 (connection refused; 6 tries); is studio serve running there? (--server / STUDIO_SERVER)
 func errorText(err error) string {
+	var se *submitError
+	if errors.As(err, &se) {
+		return err.Error() // se says it all; a 401 adds where the token came from
+	}
+	var ue *apiclient.UnreachableError
+	if errors.As(err, &ue) {
+		return unreachableText(ue)
+	}
 	var ae *apiclient.Error
 	if !errors.As(err, &ae) {
 		return err.Error()
@@ -164,6 +177,48 @@ func errorText(err error) string {
 	// put the list in its place, after what wraps it.
 	s := strings.Replace(err.Error(), ae.Error(), ae.Headline(), 1)
 	return s + "\n  " + strings.Join(fields, "\n  ")
+}
+
+// unreachableText is why no answer came and what to check.
+func unreachableText(ue *apiclient.UnreachableError) string {
+	hint := map[string]string{
+		"refused": "is studio serve running there?",
+		"dns":     "is the address right?",
+		"timeout": "is it overloaded, or is the network between slow?",
+	}[ue.Kind]
+	if hint == "" {
+		hint = "is the address right, and studio serve running there?"
+	}
+	return ue.Error() + "; " + hint + " (--server / STUDIO_SERVER)"
+}
+
+// submitError is the failure of submit's POST: the server's problem, or
+// no answer, with the request id that was sent.
+type submitError struct {
+	requestID string
+	err       error
+}
+
+func (e *submitError) Error() string { return e.text() }
+func (e *submitError) Unwrap() error { return e.err }
+
+// text says the failure without the client's call name, then the request
+// id: a refusal with its fields on the lines after; no answer with the
+// advice to run the command again, which sends the same id.
+func (e *submitError) text() string {
+	var ue *apiclient.UnreachableError
+	if errors.As(e.err, &ue) {
+		return fmt.Sprintf("%s. Run the same command again when it answers: it sends the same request id (%s), so at most one batch is made.", unreachableText(ue), e.requestID)
+	}
+	var ae *apiclient.Error
+	if !errors.As(e.err, &ae) {
+		return fmt.Sprintf("%v (request id %s)", e.err, e.requestID)
+	}
+	s := ae.Headline() + " (request id " + e.requestID + ")"
+	if fields := ae.FieldLines(); len(fields) > 0 {
+		s += "\n  " + strings.Join(fields, "\n  ")
+	}
+	return s
 }
 
 func clientCommand(ctx context.Context, cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
@@ -452,7 +507,7 @@ func submit(ctx context.Context, f clientFlags, file string, fresh, wait bool, d
 		if ctx.Err() != nil {
 			return &cliError{exitTasksFailed, fmt.Errorf("interrupted before the answer; run the same command again: it answers the batch if one was made (request id %s)", requestID)}
 		}
-		return err
+		return &submitError{requestID: requestID, err: err}
 	}
 	b := res.Record
 	if res.Replayed {

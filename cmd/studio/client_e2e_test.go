@@ -572,7 +572,7 @@ func TestCallerCommands(t *testing.T) {
 	}
 
 	bad := `{"prompt": "", "sets": []}`
-	if code, _, errs := cli(bad, "submit", "-", "--journal", journal); code != exitUsage || !strings.Contains(errs, "The request body is invalid.\n  prompt: must not be empty\n") {
+	if code, _, errs := cli(bad, "submit", "-", "--journal", journal); code != exitUsage || !strings.Contains(errs, "The request body is invalid. (request id ") || !strings.Contains(errs, ")\n  prompt: must not be empty\n") {
 		t.Fatalf("bad input: exit %d, %s", code, errs)
 	}
 	if code, _, _ := cli("not json", "submit", "-", "--journal", journal); code != exitUsage {
@@ -592,7 +592,7 @@ func TestCallerCommands(t *testing.T) {
 	ln.Close()
 	var out2, errb bytes.Buffer
 	if code := runClient(context.Background(), "ls", []string{"--server", "http://" + dead, "--token", "x", "--retries", "2"},
-		strings.NewReader(""), &out2, &errb); code != exitUnreachable || !strings.Contains(errb.String(), "unreachable") {
+		strings.NewReader(""), &out2, &errb); code != exitUnreachable || !strings.Contains(errb.String(), "cannot reach the server at http://"+dead+" (connection refused; 2 tries)") {
 		t.Fatalf("unreachable: exit %d, %s", code, errb.String())
 	}
 }
