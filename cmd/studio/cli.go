@@ -282,7 +282,7 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		case "wait":
 			b, err = follow(ctx, c, ids[0], stderr)
 			if err == nil && dir != "" {
-				err = download(ctx, c, ids[0], dir, stderr)
+				_, err = download(ctx, c, ids[0], dir, stderr)
 			}
 		}
 		if err != nil {
@@ -315,7 +315,7 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		fmt.Fprintf(stdout, "deleted %s\n", ids[0])
 		return nil
 	case "download":
-		fs := newClientFlagSet(cmd, stderr, &f, "usage: studio download ID DIR [flags]\n\nSaves the images of the batch's succeeded tasks in DIR (made if missing), one\nfile per task named collection-frame-generator-candidate.png, each checked\nagainst its SHA-256 and written whole (temporary file, then rename); files\nalready there with the right bytes are kept, so it can be run again.")
+		fs := newClientFlagSet(cmd, stderr, &f, "usage: studio download ID DIR [flags]\n\nSaves the images of the batch's succeeded tasks in DIR (made if missing), one\nfile per task named collection-frame-generator-candidate.png, each checked\nagainst its SHA-256 and written whole (temporary file, then rename); files\nalready there with the right bytes are kept, so it can be run again.\n--json prints each file saved or kept, one per line: path, task_id, asset_id,\nbytes, sha256, kept, collection, frame, generator, candidate.")
 		a, err := parseClientArgs(fs, args, "ID", "DIR")
 		if err != nil {
 			return err
@@ -324,15 +324,18 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		if err != nil {
 			return err
 		}
-		if err := download(ctx, c, a[0], a[1], stderr); err != nil {
-			return err
-		}
-		b, err := c.GetBatch(ctx, a[0])
+		files, err := download(ctx, c, a[0], a[1], stderr)
 		if err != nil {
 			return err
 		}
 		if f.json {
-			printBatch(stdout, b, true)
+			if err := printSaved(stdout, files); err != nil {
+				return err
+			}
+		}
+		b, err := c.GetBatch(ctx, a[0])
+		if err != nil {
+			return err
 		}
 		if apiclient.Ended(b.State) && b.State != apiclient.StateSucceeded {
 			return &cliError{exitTasksFailed, fmt.Errorf("the batch %s: %d of its %d tasks failed or were canceled; studio tasks %s --state failed says why",
@@ -524,7 +527,7 @@ func submit(ctx context.Context, f clientFlags, file string, fresh, wait bool, d
 			return err
 		}
 		if dir != "" {
-			if err := download(ctx, c, b.ID, dir, stderr); err != nil {
+			if _, err := download(ctx, c, b.ID, dir, stderr); err != nil {
 				return err
 			}
 		}
@@ -634,13 +637,13 @@ func list(ctx context.Context, c *apiclient.Client, limit int, all, asJSON bool,
 }
 
 // download saves a batch's images and says how many.
-func download(ctx context.Context, c *apiclient.Client, id, dir string, stderr io.Writer) error {
+func download(ctx context.Context, c *apiclient.Client, id, dir string, stderr io.Writer) ([]apiclient.DownloadedFile, error) {
 	files, err := c.Download(ctx, id, dir, apiclient.DownloadOptions{})
 	if err != nil {
 		if apiclient.StatusOf(err) == 0 && !errors.Is(err, apiclient.ErrUnreachable) && ctx.Err() == nil {
-			return &cliError{exitTasksFailed, err}
+			return nil, &cliError{exitTasksFailed, err}
 		}
-		return err
+		return nil, err
 	}
 	kept := 0
 	for _, f := range files {
@@ -649,6 +652,32 @@ func download(ctx context.Context, c *apiclient.Client, id, dir string, stderr i
 		}
 	}
 	fmt.Fprintf(stderr, "saved %d images in %s (%d already there)\n", len(files), dir, kept)
+	return files, nil
+}
+
+// savedFile is one line of download --json: a file saved (or kept,
+// already there with the same bytes), its task and its asset.
+type savedFile struct {
+	Path       string `json:"path"`
+	TaskID     string `json:"task_id"`
+	AssetID    string `json:"asset_id"`
+	Bytes      int64  `json:"bytes"`
+	SHA256     string `json:"sha256"`
+	Kept       bool   `json:"kept"`
+	Collection string `json:"collection"`
+	Frame      string `json:"frame"`
+	Generator  string `json:"generator"`
+	Candidate  int    `json:"candidate"`
+}
+
+// printSaved prints download --json: one object per file, in plan order.
+func printSaved(w io.Writer, files []apiclient.DownloadedFile) error {
+	for _, f := range files {
+		if err := printJSON(w, savedFile{Path: f.Path, TaskID: f.Task.ID, AssetID: f.Asset.ID, Bytes: f.Asset.Size, SHA256: f.Asset.SHA256,
+			Kept: f.Skipped, Collection: f.Task.Collection, Frame: f.Task.Frame, Generator: f.Task.Generator, Candidate: f.Task.Candidate}); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

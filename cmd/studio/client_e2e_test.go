@@ -512,6 +512,45 @@ func TestCallerCommands(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 4 {
 		t.Fatalf("%d files downloaded", len(entries))
 	}
+	// --json prints what was saved, one file per line: its path, task,
+	// asset, size and SHA-256, which the file on disk matches; run again,
+	// the files are kept.
+	jsonDir := filepath.Join(t.TempDir(), "json")
+	for round, kept := range []bool{false, true} {
+		code, out, errs := cli("", "download", b.ID, jsonDir, "--json")
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if code != exitOK || len(lines) != 4 {
+			t.Fatalf("download --json (round %d): exit %d, %q, %s", round, code, out, errs)
+		}
+		for _, line := range lines {
+			var f struct {
+				Path       string `json:"path"`
+				TaskID     string `json:"task_id"`
+				AssetID    string `json:"asset_id"`
+				Bytes      int64  `json:"bytes"`
+				SHA256     string `json:"sha256"`
+				Kept       bool   `json:"kept"`
+				Collection string `json:"collection"`
+				Frame      string `json:"frame"`
+				Generator  string `json:"generator"`
+				Candidate  int    `json:"candidate"`
+			}
+			dec := json.NewDecoder(strings.NewReader(line))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&f); err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			data, err := os.ReadFile(f.Path)
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			sum := sha256.Sum256(data)
+			if filepath.Dir(f.Path) != jsonDir || f.TaskID == "" || f.AssetID == "" || f.Bytes != int64(len(data)) ||
+				f.SHA256 != hex.EncodeToString(sum[:]) || f.Kept != kept || f.Collection != "c" || f.Generator == "" || f.Candidate != 1 {
+				t.Fatalf("round %d: %q does not say the file saved (%d bytes)", round, line, len(data))
+			}
+		}
+	}
 	if code, out, _ := cli("", "ls", "--json"); code != exitOK || strings.Count(out, "\n") != 1 || !strings.Contains(out, b.ID) {
 		t.Fatalf("ls: exit %d, %q", code, out)
 	}
