@@ -46,11 +46,15 @@ run, alternating. Runs on a temporary data directory unless --data or
 `)
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args, applyEnv); err != nil {
+	if err := parseConfig(fs, args, applyEnv, &cfg); err != nil {
 		return err
 	}
 	if *listOps {
 		for _, op := range bench.Ops() {
+			if *asJSON {
+				printJSON(stdout, map[string]string{"name": op.Name, "what": op.What})
+				continue
+			}
 			fmt.Fprintf(stdout, "%-20s %s\n", op.Name, op.What)
 		}
 		return nil

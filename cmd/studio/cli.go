@@ -47,11 +47,9 @@ The caller's commands (they talk to a running server):
 
   They read --server (STUDIO_SERVER, default http://127.0.0.1:7070; a bare
   HOST:PORT means http://) and --token (STUDIO_TOKEN, default the token file
-  of --data); --json prints what they print as JSON. Exit codes: 0 all
-  tasks succeeded (or the command did what it says), 1 some tasks failed or
-  were canceled (status, wait, download; or a local failure, such as an
-  unwritable DIR), 2 a usage or input error (with the server's problem
-  detail), 3 the server was unreachable after the retries.`
+  of --data). A batch's progress reads the same everywhere: the tasks ended
+  (whichever way) out of all, with how they ended beside:
+  "7/12 ended (5 succeeded, 1 failed, 1 canceled)".`
 
 // clientFlags are the flags every caller's command takes.
 type clientFlags struct {
@@ -71,11 +69,11 @@ func newClientFlagSet(cmd string, stderr io.Writer, f *clientFlags, summary stri
 	fs.StringVar(&f.token, "token", os.Getenv("STUDIO_TOKEN"), "the API token (env STUDIO_TOKEN); default: the token file of --data")
 	fs.StringVar(&f.data, "data", envOr("STUDIO_DATA", "./studio-data"), "the data directory whose token file is read when no token is given (env STUDIO_DATA)")
 	fs.IntVar(&f.retries, "retries", envInt("STUDIO_RETRIES", apiclient.DefaultRetry.Attempts), "tries of each call before giving up: connection errors, timeouts, 5xx and 429 are retried with backoff (env STUDIO_RETRIES)")
-	fs.BoolVar(&f.json, "json", false, "print the result as JSON on stdout")
+	fs.BoolVar(&f.json, "json", false, "print the result as JSON on stdout (one object per line)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "%s\n\nFlags:\n", summary)
 		fs.PrintDefaults()
-		fmt.Fprint(stderr, "\nExit codes: 0 success (every task succeeded), 1 tasks failed or were canceled (or a local failure),\n2 usage or input error, 3 server unreachable after the retries.\n")
+		fmt.Fprint(stderr, exitCodesHelp)
 	}
 	return fs
 }
@@ -153,7 +151,20 @@ func runClient(ctx context.Context, cmd string, args []string, stdin io.Reader, 
 //	400 Bad Request: The request body is invalid.
 //	  prompt: must not be empty
 //	  sets: must have 1 to 20 items
+//
+// A server that did not answer is said as a person would, with where to
+// look (the words of Go's network stack stay out):
+//
+//	cannot reach the server at http://127.0.0.1:7070 (connection refused; 6 tries); is studio serve running there? (--server / STUDIO_SERVER)
 func errorText(err error) string {
+	var se *submitError
+	if errors.As(err, &se) {
+		return err.Error() // se says it all; a 401 adds where the token came from
+	}
+	var ue *apiclient.UnreachableError
+	if errors.As(err, &ue) {
+		return unreachableText(ue)
+	}
 	var ae *apiclient.Error
 	if !errors.As(err, &ae) {
 		return err.Error()
@@ -166,6 +177,48 @@ func errorText(err error) string {
 	// put the list in its place, after what wraps it.
 	s := strings.Replace(err.Error(), ae.Error(), ae.Headline(), 1)
 	return s + "\n  " + strings.Join(fields, "\n  ")
+}
+
+// unreachableText is why no answer came and what to check.
+func unreachableText(ue *apiclient.UnreachableError) string {
+	hint := map[string]string{
+		"refused": "is studio serve running there?",
+		"dns":     "is the address right?",
+		"timeout": "is it overloaded, or is the network between slow?",
+	}[ue.Kind]
+	if hint == "" {
+		hint = "is the address right, and studio serve running there?"
+	}
+	return ue.Error() + "; " + hint + " (--server / STUDIO_SERVER)"
+}
+
+// submitError is the failure of submit's POST: the server's problem, or
+// no answer, with the request id that was sent.
+type submitError struct {
+	requestID string
+	err       error
+}
+
+func (e *submitError) Error() string { return e.text() }
+func (e *submitError) Unwrap() error { return e.err }
+
+// text says the failure without the client's call name, then the request
+// id: a refusal with its fields on the lines after; no answer with the
+// advice to run the command again, which sends the same id.
+func (e *submitError) text() string {
+	var ue *apiclient.UnreachableError
+	if errors.As(e.err, &ue) {
+		return fmt.Sprintf("%s. Run the same command again when it answers: it sends the same request id (%s), so at most one batch is made.", unreachableText(ue), e.requestID)
+	}
+	var ae *apiclient.Error
+	if !errors.As(e.err, &ae) {
+		return fmt.Sprintf("%v (request id %s)", e.err, e.requestID)
+	}
+	s := ae.Headline() + " (request id " + e.requestID + ")"
+	if fields := ae.FieldLines(); len(fields) > 0 {
+		s += "\n  " + strings.Join(fields, "\n  ")
+	}
+	return s
 }
 
 func clientCommand(ctx context.Context, cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
@@ -229,7 +282,7 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		case "wait":
 			b, err = follow(ctx, c, ids[0], stderr)
 			if err == nil && dir != "" {
-				err = download(ctx, c, ids[0], dir, stderr)
+				_, err = download(ctx, c, ids[0], dir, stderr)
 			}
 		}
 		if err != nil {
@@ -256,10 +309,13 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		if err := c.DeleteBatch(ctx, ids[0]); err != nil {
 			return err
 		}
+		if f.json {
+			return printJSON(stdout, map[string]any{"id": ids[0], "deleted": true})
+		}
 		fmt.Fprintf(stdout, "deleted %s\n", ids[0])
 		return nil
 	case "download":
-		fs := newClientFlagSet(cmd, stderr, &f, "usage: studio download ID DIR [flags]\n\nSaves the images of the batch's succeeded tasks in DIR (made if missing), one\nfile per task named collection-frame-generator-candidate.png, each checked\nagainst its SHA-256 and written whole (temporary file, then rename); files\nalready there with the right bytes are kept, so it can be run again.")
+		fs := newClientFlagSet(cmd, stderr, &f, "usage: studio download ID DIR [flags]\n\nSaves the images of the batch's succeeded tasks in DIR (made if missing), one\nfile per task named collection-frame-generator-candidate.png, each checked\nagainst its SHA-256 and written whole (temporary file, then rename); files\nalready there with the right bytes are kept, so it can be run again.\n--json prints each file saved or kept, one per line: path, task_id, asset_id,\nbytes, sha256, kept, collection, frame, generator, candidate.")
 		a, err := parseClientArgs(fs, args, "ID", "DIR")
 		if err != nil {
 			return err
@@ -268,15 +324,18 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		if err != nil {
 			return err
 		}
-		if err := download(ctx, c, a[0], a[1], stderr); err != nil {
-			return err
-		}
-		b, err := c.GetBatch(ctx, a[0])
+		files, err := download(ctx, c, a[0], a[1], stderr)
 		if err != nil {
 			return err
 		}
 		if f.json {
-			printBatch(stdout, b, true)
+			if err := printSaved(stdout, files); err != nil {
+				return err
+			}
+		}
+		b, err := c.GetBatch(ctx, a[0])
+		if err != nil {
+			return err
 		}
 		if apiclient.Ended(b.State) && b.State != apiclient.StateSucceeded {
 			return &cliError{exitTasksFailed, fmt.Errorf("the batch %s: %d of its %d tasks failed or were canceled; studio tasks %s --state failed says why",
@@ -309,7 +368,7 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 	case "ls":
 		var limit int
 		var all bool
-		fs := newClientFlagSet(cmd, stderr, &f, "usage: studio ls [flags]\n\nLists your batches, newest first: id, state, tasks done/total, created, prompt.")
+		fs := newClientFlagSet(cmd, stderr, &f, "usage: studio ls [flags]\n\nLists your batches, newest first: id, state, tasks ended out of all (and how:\nsucceeded, failed, canceled), created, prompt.")
 		fs.IntVar(&limit, "limit", 20, "how many batches (1..500)")
 		fs.BoolVar(&all, "all", false, "every batch, page after page")
 		if _, err := parseClientArgs(fs, args); err != nil {
@@ -451,7 +510,7 @@ func submit(ctx context.Context, f clientFlags, file string, fresh, wait bool, d
 		if ctx.Err() != nil {
 			return &cliError{exitTasksFailed, fmt.Errorf("interrupted before the answer; run the same command again: it answers the batch if one was made (request id %s)", requestID)}
 		}
-		return err
+		return &submitError{requestID: requestID, err: err}
 	}
 	b := res.Record
 	if res.Replayed {
@@ -468,7 +527,7 @@ func submit(ctx context.Context, f clientFlags, file string, fresh, wait bool, d
 			return err
 		}
 		if dir != "" {
-			if err := download(ctx, c, b.ID, dir, stderr); err != nil {
+			if _, err := download(ctx, c, b.ID, dir, stderr); err != nil {
 				return err
 			}
 		}
@@ -489,9 +548,17 @@ func printBatch(w io.Writer, b *apiclient.Batch, asJSON bool) {
 		fmt.Fprintln(w, string(out))
 		return
 	}
+	fmt.Fprintf(w, "%s  %-9s  %s, %d queued, %d running\n", b.ID, b.State, progressText(*b), b.Counts.Queued, b.Counts.Running)
+}
+
+// progressText is how every printer (status, ls, wait and its bar) says
+// how far a batch has come, with one meaning, the web studio's: the tasks
+// that have ended, whichever way, out of all, and how they ended beside:
+//
+//	7/12 ended (5 succeeded, 1 failed, 1 canceled)
+func progressText(b apiclient.Batch) string {
 	c := b.Counts
-	fmt.Fprintf(w, "%s  %-9s  %d/%d done  (%d queued, %d running, %d succeeded, %d failed, %d canceled)\n",
-		b.ID, b.State, c.Ended(), b.TaskCount, c.Queued, c.Running, c.Succeeded, c.Failed, c.Canceled)
+	return fmt.Sprintf("%d/%d ended (%d succeeded, %d failed, %d canceled)", c.Ended(), b.TaskCount, c.Succeeded, c.Failed, c.Canceled)
 }
 
 // printFailureReasons prints, after a batch's line, why its failed tasks
@@ -548,6 +615,7 @@ func list(ctx context.Context, c *apiclient.Client, limit int, all, asJSON bool,
 		if err != nil {
 			return err
 		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		for _, b := range p.Items {
 			if asJSON {
 				out, _ := json.Marshal(b)
@@ -558,9 +626,9 @@ func list(ctx context.Context, c *apiclient.Client, limit int, all, asJSON bool,
 			if r := []rune(prompt); len(r) > 40 {
 				prompt = string(r[:39]) + "…"
 			}
-			fmt.Fprintf(stdout, "%s  %-9s  %4d/%-4d  %s  %s\n", b.ID, b.State, b.Counts.Ended(), b.TaskCount,
-				b.CreatedAt.Local().Format("2006-01-02 15:04"), prompt)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.ID, b.State, progressText(b), b.CreatedAt.Local().Format("2006-01-02 15:04"), prompt)
 		}
+		tw.Flush()
 		if !all || p.NextCursor == "" {
 			return nil
 		}
@@ -569,13 +637,13 @@ func list(ctx context.Context, c *apiclient.Client, limit int, all, asJSON bool,
 }
 
 // download saves a batch's images and says how many.
-func download(ctx context.Context, c *apiclient.Client, id, dir string, stderr io.Writer) error {
+func download(ctx context.Context, c *apiclient.Client, id, dir string, stderr io.Writer) ([]apiclient.DownloadedFile, error) {
 	files, err := c.Download(ctx, id, dir, apiclient.DownloadOptions{})
 	if err != nil {
 		if apiclient.StatusOf(err) == 0 && !errors.Is(err, apiclient.ErrUnreachable) && ctx.Err() == nil {
-			return &cliError{exitTasksFailed, err}
+			return nil, &cliError{exitTasksFailed, err}
 		}
-		return err
+		return nil, err
 	}
 	kept := 0
 	for _, f := range files {
@@ -584,6 +652,32 @@ func download(ctx context.Context, c *apiclient.Client, id, dir string, stderr i
 		}
 	}
 	fmt.Fprintf(stderr, "saved %d images in %s (%d already there)\n", len(files), dir, kept)
+	return files, nil
+}
+
+// savedFile is one line of download --json: a file saved (or kept,
+// already there with the same bytes), its task and its asset.
+type savedFile struct {
+	Path       string `json:"path"`
+	TaskID     string `json:"task_id"`
+	AssetID    string `json:"asset_id"`
+	Bytes      int64  `json:"bytes"`
+	SHA256     string `json:"sha256"`
+	Kept       bool   `json:"kept"`
+	Collection string `json:"collection"`
+	Frame      string `json:"frame"`
+	Generator  string `json:"generator"`
+	Candidate  int    `json:"candidate"`
+}
+
+// printSaved prints download --json: one object per file, in plan order.
+func printSaved(w io.Writer, files []apiclient.DownloadedFile) error {
+	for _, f := range files {
+		if err := printJSON(w, savedFile{Path: f.Path, TaskID: f.Task.ID, AssetID: f.Asset.ID, Bytes: f.Asset.Size, SHA256: f.Asset.SHA256,
+			Kept: f.Skipped, Collection: f.Task.Collection, Frame: f.Task.Frame, Generator: f.Task.Generator, Candidate: f.Task.Candidate}); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -618,18 +712,22 @@ func newWaitProgress(w io.Writer, terminal bool) *waitProgress {
 	return &waitProgress{w: w, terminal: terminal, start: time.Now(), started: -1, errTasks: map[string]map[string]bool{}}
 }
 
-// errorKey is a task error with what differs from task to task taken out
-// ("attempt N: ", ids), so that one cause reads as one error.
+// errorKey is a task error with what differs from task to task and try
+// to try taken out ("attempt N: ", ids, an attempt's number inside the
+// text), so that one cause reads as one error.
 func errorKey(msg string) string {
 	if rest, ok := strings.CutPrefix(msg, "attempt "); ok {
 		if _, after, ok := strings.Cut(rest, ": "); ok {
 			msg = after
 		}
 	}
-	return uuidRE.ReplaceAllString(msg, "<id>")
+	return attemptRE.ReplaceAllString(uuidRE.ReplaceAllString(msg, "<id>"), "attempt N")
 }
 
-var uuidRE = regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`)
+var (
+	uuidRE    = regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`)
+	attemptRE = regexp.MustCompile(`\battempt \d+\b`)
+)
 
 // seeError counts a task's error; it answers whether the error is new.
 func (p *waitProgress) seeError(taskID, msg string) bool {
@@ -695,7 +793,7 @@ func (p *waitProgress) update(ev apiclient.Progress) {
 // summary is the counts, the rate and the time left.
 func (p *waitProgress) summary(b apiclient.Batch) string {
 	c := b.Counts
-	s := fmt.Sprintf("%s %d/%d done, %d failed, %d canceled", b.State, c.Succeeded, b.TaskCount, c.Failed, c.Canceled)
+	s := b.State + " " + progressText(b)
 	if elapsed := time.Since(p.start).Seconds(); elapsed > 0.5 && p.started >= 0 {
 		rate := float64(c.Ended()-p.started) / elapsed
 		s += fmt.Sprintf(", %.1f/s", rate)
@@ -830,7 +928,7 @@ func readJournal(path string) (string, error) {
 	}
 	var e journalEntry
 	if err := json.Unmarshal(bytes.TrimSpace(b), &e); err != nil || e.RequestID == "" {
-		return "", fmt.Errorf("journal entry %s is damaged (remove it, or use --new): %v", path, err)
+		return "", fmt.Errorf("entry %s is damaged: it does not hold a request id (remove it, or use --new)", path)
 	}
 	return e.RequestID, nil
 }

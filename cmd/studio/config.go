@@ -217,6 +217,12 @@ func (c *Config) validate() error {
 	if c.Data == "" && c.Database == "" {
 		errs = append(errs, errors.New("--data must not be empty"))
 	}
+	return errors.Join(append(errs, c.validateValues()...)...)
+}
+
+// validateValues checks each value is one its flag takes.
+func (c *Config) validateValues() []error {
+	var errs []error
 	if c.Workers < 0 {
 		errs = append(errs, errors.New("--workers must be 0 or more"))
 	}
@@ -246,8 +252,7 @@ func (c *Config) validate() error {
 	if c.AssetsRedirect < 0 || (c.AssetsRedirect > 0 && c.Assets == "") {
 		errs = append(errs, errors.New("--assets-redirect needs --assets s3://... and a positive duration"))
 	}
-	errs = append(errs, c.validateFlags()...)
-	return errors.Join(errs...)
+	return append(errs, c.validateFlags()...)
 }
 
 // isRedisURL says whether a --lock-store names a Redis.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"studio/internal/pglisten"
+	"studio/locks/pglock/pglisten"
 )
 
 // ttlRoundUp rounds a lease length up to whole microseconds, what

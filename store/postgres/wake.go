@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"studio/internal/pglisten"
+	"studio/locks/pglock/pglisten"
 	"studio/wake"
 )
 

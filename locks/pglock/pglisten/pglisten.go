@@ -1,6 +1,8 @@
 // Package pglisten keeps one PostgreSQL connection LISTENing on a channel,
 // made again after a failure: the feed of the stores' wake-ups
-// (store/postgres) and of the lock store's releases (locks/pglock).
+// (store/postgres) and of the lock store's releases (locks/pglock). It
+// lives under locks/ because the lock packages depend on nothing else of
+// studio (TestStandaloneDependencies), while studio's stores may use them.
 package pglisten
 
 import (
