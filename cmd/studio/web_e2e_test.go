@@ -22,6 +22,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"studio/internal/testskip"
@@ -79,12 +80,94 @@ func newBrowser(t *testing.T, width, height int) page {
 	t.Cleanup(cancel)
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
 	t.Cleanup(acancel)
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	errs := &pageErrors{}
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf), chromedp.WithListener(errs.add))
 	t.Cleanup(bcancel)
 	if err := chromedp.Do(bctx); err != nil {
 		t.Fatalf("start %s: %v", exe, err)
 	}
-	return page{t: t, ctx: bctx}
+	t.Cleanup(func() {
+		if !errs.wasChecked() {
+			t.Error("the test never checked the page for uncaught exceptions: defer p.noPageErrors() after newBrowser")
+		}
+	})
+	return page{t: t, ctx: bctx, errs: errs}
+}
+
+// pageErrors records what the page let escape: exceptions nothing caught,
+// promise rejections nothing handled, and console.error and
+// console.assert calls. The browser's own log (a 4xx answer to a fetch,
+// which the tests cause on purpose) is not among them.
+type pageErrors struct {
+	mu      sync.Mutex
+	seen    []string
+	checked bool
+}
+
+// add is a chromedp listener: it runs on the tab's reading goroutine, in
+// the order of the browser's messages.
+func (e *pageErrors) add(ev any) {
+	var msg string
+	switch ev := ev.(type) {
+	case *runtime.EventExceptionThrown:
+		d := ev.ExceptionDetails
+		msg = d.Text
+		if d.Exception != nil {
+			msg += " " + remoteText(d.Exception)
+		}
+		msg += fmt.Sprintf(" (%s:%d:%d)", d.URL, d.LineNumber+1, d.ColumnNumber+1)
+	case *runtime.EventConsoleAPICalled:
+		if ev.Type != runtime.ConsoleAPICalledTypeError && ev.Type != runtime.ConsoleAPICalledTypeAssert {
+			return
+		}
+		msg = "console." + string(ev.Type) + ":"
+		for _, a := range ev.Args {
+			msg += " " + remoteText(a)
+		}
+	default:
+		return
+	}
+	e.mu.Lock()
+	e.seen = append(e.seen, msg)
+	e.mu.Unlock()
+}
+
+// remoteText is a value of the page in a line: a string as it is, an
+// error's first line (its stack is in the location), another object's
+// description.
+func remoteText(o *runtime.RemoteObject) string {
+	var str string
+	switch {
+	case json.Unmarshal(o.Value, &str) == nil:
+		return str
+	case o.Description != "":
+		first, _, _ := strings.Cut(o.Description, "\n")
+		return first
+	}
+	return string(o.Value)
+}
+
+func (e *pageErrors) wasChecked() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.checked
+}
+
+// noPageErrors fails the test when the page threw an exception nothing
+// caught, left a rejection unhandled, or called console.error. Call it
+// with defer right after newBrowser: it runs when the test's body ends,
+// before the server it talks to stops.
+func (p page) noPageErrors() {
+	p.t.Helper()
+	// A round trip: the listener has seen every message the browser sent
+	// before the answer.
+	_, _ = chromedp.Run(p.ctx, chromedp.Evaluate[bool](`true`))
+	p.errs.mu.Lock()
+	defer p.errs.mu.Unlock()
+	p.errs.checked = true
+	if len(p.errs.seen) > 0 {
+		p.t.Errorf("the page let %d error(s) escape:\n  %s", len(p.errs.seen), strings.Join(p.errs.seen, "\n  "))
+	}
 }
 
 // dropProxy forwards everything to studio. For a POST path set with
@@ -238,8 +321,9 @@ func (p *dropProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // page drives one browser tab; every helper fails the test on an error.
 type page struct {
-	t   *testing.T
-	ctx context.Context
+	t    *testing.T
+	ctx  context.Context
+	errs *pageErrors
 }
 
 func (p page) do(steps ...chromedp.Action[chromedp.Void]) {
@@ -394,6 +478,7 @@ func listBatches(t *testing.T, c *client) []webBatch {
 func TestWebStudio(t *testing.T) {
 	t.Parallel()
 	p := newBrowser(t, 1280, 900)
+	defer p.noPageErrors()
 	cfg := testConfig(t) // no workers: the batch waits until one starts
 	m, stdout := startMain(t, cfg)
 	token := readToken(t, cfg.Data)
@@ -642,6 +727,7 @@ func TestWebStudio(t *testing.T) {
 func TestWebStudioRefusals(t *testing.T) {
 	t.Parallel()
 	p := newBrowser(t, 1280, 900)
+	defer p.noPageErrors()
 	cfg := testConfig(t)
 	m, _ := startMain(t, cfg)
 	token := readToken(t, cfg.Data)
@@ -742,6 +828,51 @@ func TestWebStudioRefusals(t *testing.T) {
 	}
 }
 
+// TestWebPageErrorsSeen: what noPageErrors holds the other tests to is
+// seen: an exception thrown in a timer, a rejection nothing handles and a
+// console.error call each count, once; console.warn and a refused fetch
+// (the browser's own log) do not.
+func TestWebPageErrorsSeen(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 800, 600)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/refused" {
+			http.Error(w, "no", http.StatusConflict)
+			return
+		}
+		io.WriteString(w, "<!doctype html><title>t</title><main>page</main>")
+	}))
+	defer srv.Close()
+	p.do(chromedp.Navigate(srv.URL + "/"))
+	p.waitJS("the page's script ran", `(() => {
+		if (!window.done) {
+			window.done = fetch('/refused').then(() => {
+				console.warn('only a warning');
+				setTimeout(() => { throw new Error('thrown in a timer'); });
+				Promise.reject(new Error('rejected, not handled'));
+				console.error('logged', 'as an error');
+				setTimeout(() => { document.body.dataset.done = '1'; }, 10);
+			});
+		}
+		return document.body.dataset.done === '1';
+	})()`)
+	_, _ = chromedp.Run(p.ctx, chromedp.Evaluate[bool](`true`))
+	p.errs.mu.Lock()
+	seen := slices.Clone(p.errs.seen)
+	p.errs.seen = nil
+	p.errs.mu.Unlock()
+	got := strings.Join(seen, "\n")
+	for _, want := range []string{"thrown in a timer", "rejected, not handled", "console.error: logged as an error"} {
+		if strings.Count(got, want) != 1 {
+			t.Errorf("%q seen %d times in:\n%s", want, strings.Count(got, want), got)
+		}
+	}
+	if len(seen) != 3 || strings.Contains(got, "only a warning") || strings.Contains(got, "409") {
+		t.Errorf("seen %d errors, want 3:\n%s", len(seen), got)
+	}
+	p.noPageErrors()
+}
+
 // TestWebSSEParser feeds one stream to the page's events parser cut into
 // pieces of every size (CRLF, LF and CR line ends, a CR and its LF in two
 // pieces, comments, multi-line data, an event with no data, retry) and
@@ -749,6 +880,7 @@ func TestWebStudioRefusals(t *testing.T) {
 func TestWebSSEParser(t *testing.T) {
 	t.Parallel()
 	p := newBrowser(t, 800, 600)
+	defer p.noPageErrors()
 	cfg := testConfig(t)
 	m, _ := startMain(t, cfg)
 	p.do(chromedp.Navigate("http://"+m.Addr()+"/"), visible(`#token`))
@@ -801,6 +933,7 @@ func TestWebSSEParser(t *testing.T) {
 func TestWebBatchState(t *testing.T) {
 	t.Parallel()
 	p := newBrowser(t, 800, 600)
+	defer p.noPageErrors()
 	cfg := testConfig(t)
 	m, _ := startMain(t, cfg)
 	p.do(chromedp.Navigate("http://"+m.Addr()+"/"), visible(`#token`))
@@ -853,6 +986,7 @@ func TestWebBatchState(t *testing.T) {
 func TestWebStudioPolling(t *testing.T) {
 	t.Parallel()
 	p := newBrowser(t, 1280, 900)
+	defer p.noPageErrors()
 	cfg := testConfig(t) // no workers: the batch waits until one starts
 	m, _ := startMain(t, cfg)
 	token := readToken(t, cfg.Data)
@@ -910,6 +1044,7 @@ func TestWebStudioPolling(t *testing.T) {
 func TestWebStudioCancelFailuresPhone(t *testing.T) {
 	t.Parallel()
 	p := newBrowser(t, 1280, 900)
+	defer p.noPageErrors()
 	cfg := testConfig(t)
 	cfg.MaxAttempts = 1
 	m, _ := startMain(t, cfg)
