@@ -25,6 +25,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	apiclient "studio/client"
 	"studio/internal/testskip"
 )
 
@@ -758,6 +759,9 @@ func TestWebStudioRefusals(t *testing.T) {
 	if field := p.attr(`#compose [data-field]`, "data-field"); field != "sets[0].frames[1]" || eval[string](p, `location.hash`) != "#/compose" {
 		t.Fatalf("a repeated frame: field %q, page %s", field, eval[string](p, `location.hash`))
 	}
+	if item := p.text(`#compose [data-field]`); item != `sets[0].frames[1]: repeats frame 1 ("a")` {
+		t.Fatalf("a repeated frame is said %q", item)
+	}
 	p.do(setField(`#set-0-frames`, "a"))
 	if tasks := p.attr(`#task-count`, "data-tasks"); tasks != "6" { // (1 + 2 frames) x 2 generators x 1 candidate
 		t.Fatalf("two sets count %s tasks; want 6", tasks)
@@ -770,8 +774,8 @@ func TestWebStudioRefusals(t *testing.T) {
 		t.Fatalf("bind the id: %v %v", resp, err)
 	}
 	p.do(click(`#submit`), visible(`[data-problem-status="409"]`))
-	detail := p.text(`[data-problem-status="409"]`)
-	if !strings.Contains(detail, "The request ID already belongs to different input.") || !eval[bool](p, `document.querySelector('#submit').disabled`) {
+	detail := p.text(`[data-problem-status="409"] .problem`)
+	if detail != "409 Conflict: The request ID already belongs to different input." || !eval[bool](p, `document.querySelector('#submit').disabled`) {
 		t.Fatalf("409 shown as %q, or Submit still enabled", detail)
 	}
 	p.screenshot("review-409")
@@ -789,9 +793,36 @@ func TestWebStudioRefusals(t *testing.T) {
 	if id2 == id || id2 == "" {
 		t.Fatalf("the edited request kept the id %s", id)
 	}
-	p.do(click(`#submit`), visible(`[data-problem-status="422"] [data-field]`))
-	if field := p.attr(`[data-problem-status="422"] [data-field]`, "data-field"); field != "params.width" {
-		t.Fatalf("the 422 names the field %q; want params.width", field)
+	// The one field at fault is said once, in the detail, not again in
+	// a list below it.
+	p.do(click(`#submit`), visible(`[data-problem-status="422"]`))
+	if fields := p.attr(`[data-problem-status="422"]`, "data-fields"); fields != "params.width" {
+		t.Fatalf("the 422 names the fields %q; want params.width", fields)
+	}
+	if got := p.text(`[data-problem-status="422"] .problem`); got != "422 Unprocessable Entity: params.width: must be an integer from 16 to 2048." {
+		t.Fatalf("the 422 says %q", got)
+	}
+	if n := eval[int](p, `document.querySelectorAll('[data-problem-status="422"] li').length`); n != 0 {
+		t.Fatalf("the field stated in the detail is listed again (%d items)", n)
+	}
+
+	// Two fields at fault: the detail says how many, the list says each
+	// as "field: message".
+	p.do(
+		click(`#edit`),
+		visible(`#params`),
+		setField(`#params`, `{"width": 5, "height": 5}`),
+		click(`#review`),
+		visible(`#request-id`),
+		click(`#submit`),
+		visible(`[data-problem-status="422"] li`),
+	)
+	if got := p.text(`[data-problem-status="422"] .problem`); got != "422 Unprocessable Entity: The request cannot be planned: 2 problems (see errors)." {
+		t.Fatalf("two fields: the 422 says %q", got)
+	}
+	items := eval[[]string](p, `[...document.querySelectorAll('[data-problem-status="422"] li')].map((li) => li.textContent)`)
+	if want := []string{"params.width: must be an integer from 16 to 2048", "params.height: must be an integer from 16 to 2048"}; !slices.Equal(items, want) {
+		t.Fatalf("two fields listed as %q; want %q", items, want)
 	}
 	if b := listBatches(t, c); len(b) != 1 {
 		t.Fatalf("studio has %d batches; want only the one bound by the other input", len(b))
@@ -871,6 +902,49 @@ func TestWebPageErrorsSeen(t *testing.T) {
 		t.Errorf("seen %d errors, want 3:\n%s", len(seen), got)
 	}
 	p.noPageErrors()
+}
+
+// TestWebProblemRule: the page says a problem by the command line's rule,
+// word for word: for each problem document, the headline the page shows is
+// client.Error's Headline and its list items are client.Error's FieldLines.
+func TestWebProblemRule(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 800, 600)
+	defer p.noPageErrors()
+	m, _ := startMain(t, testConfig(t))
+	p.do(chromedp.Navigate("http://"+m.Addr()+"/"), visible(`#token`))
+	fe := func(field, msg string) apiclient.FieldError { return apiclient.FieldError{Field: field, Message: msg} }
+	cases := []apiclient.Error{
+		{Status: 422, Title: "Unprocessable Entity", Detail: "params.width: must be an integer from 16 to 2048.",
+			Errors: []apiclient.FieldError{fe("params.width", "must be an integer from 16 to 2048")}},
+		{Status: 422, Title: "Unprocessable Entity", Detail: "The request cannot be planned: 2 problems (see errors).",
+			Errors: []apiclient.FieldError{fe("providers[0]", `no generator or route "oil" in the catalog`), fe("subjects[0]", `subject "ghost" does not exist`)}},
+		{Status: 400, Title: "Bad Request", Detail: "The request body is invalid",
+			Errors: []apiclient.FieldError{fe("prompt", "must not be empty."), fe("sets", "must have 1 to 20 sets (has 0)..")}},
+		{Status: 400, Title: "Bad Request", Detail: "seed must be at most 2^53-1.", Errors: []apiclient.FieldError{fe("seed", "must be at most 2^53-1")}},
+		{Status: 409, Title: "Conflict", Detail: "The request ID already belongs to different input."},
+		{Status: 400, Title: "Bad Request", Detail: "Is this a request?", Errors: []apiclient.FieldError{fe("", "the body is empty")}},
+		{Status: 404, Title: "Not Found"},
+		{Status: 422, Title: "Unprocessable Entity", Detail: "  Two problems.  ", Errors: []apiclient.FieldError{fe("a", " one. "), fe("b", "two")}},
+	}
+	type shown struct {
+		Head  string
+		Items []string
+	}
+	for _, c := range cases {
+		doc, _ := json.Marshal(map[string]any{"title": c.Title, "status": c.Status, "detail": c.Detail, "errors": c.Errors})
+		got, err := chromedp.Run(p.ctx, chromedp.Evaluate[shown](fmt.Sprintf(`(async () => {
+			const {problemView} = await import('/ui/dom.js');
+			const el = problemView({status: %d, problem: %s});
+			return {Head: el.querySelector('.problem').textContent, Items: [...el.querySelectorAll('li')].map((li) => li.textContent)};
+		})()`, c.Status, doc), chromedp.EvalAwaitPromise))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (shown{Head: c.Headline(), Items: c.FieldLines()}); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
+			t.Errorf("%s\nthe page shows %q\nthe CLI says  %q", doc, got, want)
+		}
+	}
 }
 
 // TestWebSSEParser feeds one stream to the page's events parser cut into
