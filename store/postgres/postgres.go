@@ -58,7 +58,8 @@ type Store struct {
 	applied []string
 	// wakes publishes the commits' wake-ups, here and to the other
 	// processes (wake.go).
-	wakes *wakes // outage remembers when the lease calls could not get through, so
+	wakes *wakes
+	// outage remembers when the lease calls could not get through, so
 	// that a claim does not count a lease that expired then against its
 	// row's attempts (store.LeaseOutage).
 	outage store.LeaseOutage
