@@ -29,23 +29,23 @@ func (b *bench) drainAssets(procs int) (*Result, error) {
 	}
 	per := min(b.cfg.Tasks, 600)
 	rounds := b.samples(2)
-	var objRates, blobRates, objWAL, blobWAL []float64
+	var objRates, blobRates, objWAL, blobWAL, objCPU, blobCPU []float64
 	for r := range rounds {
 		sides := []struct {
-			assets string
-			rates  *[]float64
-			wal    *[]float64
-		}{{b.cfg.Assets, &objRates, &objWAL}, {"", &blobRates, &blobWAL}}
+			assets          string
+			rates, wal, cpu *[]float64
+		}{{b.cfg.Assets, &objRates, &objWAL, &objCPU}, {"", &blobRates, &blobWAL, &blobCPU}}
 		if r%2 == 1 {
 			sides[0], sides[1] = sides[1], sides[0]
 		}
 		for _, side := range sides {
-			rate, wal, err := b.drainProcesses(procs, side.assets, per)
+			d, err := b.drainProcesses(procs, side.assets, per)
 			if err != nil {
 				return nil, err
 			}
-			*side.rates = append(*side.rates, rate)
-			*side.wal = append(*side.wal, wal)
+			*side.rates = append(*side.rates, d.rate)
+			*side.wal = append(*side.wal, d.walPerTask)
+			*side.cpu = append(*side.cpu, d.cpuPerTaskUS)
 		}
 		b.progress.tick(r+1, rounds)
 	}
@@ -57,25 +57,38 @@ func (b *bench) drainAssets(procs int) (*Result, error) {
 	res.Ratio = ptr(*res.FloorPerS / res.PerS)
 	res.WALBytesPerTask = ptr(median(objWAL))
 	res.FloorWALBytesPerTask = ptr(median(blobWAL))
+	res.WorkerCPUPerTaskUS = ptr(round3(median(objCPU)))
+	res.FloorWorkerCPUPerTaskUS = ptr(round3(median(blobCPU)))
 	return res, nil
 }
 
+// drained is what one drain run measured.
+type drained struct {
+	// rate is the tasks per second from the commit to the last success.
+	rate float64
+	// walPerTask is the WAL bytes written per task.
+	walPerTask float64
+	// cpuPerTaskUS is the worker processes' CPU time per task, from their
+	// start to their exit, in microseconds.
+	cpuPerTaskUS float64
+}
+
 // drainProcesses starts procs worker processes with assets, commits n
-// tasks of 512x512 images and answers the tasks per second from the
-// commit to the last success, and the WAL bytes written per task.
-func (b *bench) drainProcesses(procs int, assets string, n int) (rate, walPerTask float64, err error) {
+// tasks of 512x512 images, and answers what the run measured.
+func (b *bench) drainProcesses(procs int, assets string, n int) (d drained, err error) {
 	stop, err := b.cfg.Workers(b.ctx, procs, assets)
 	if err != nil {
-		return 0, 0, fmt.Errorf("start workers: %w", err)
+		return d, fmt.Errorf("start workers: %w", err)
 	}
+	stopped := false
 	defer func() {
-		if serr := stop(); err == nil && serr != nil {
-			err = fmt.Errorf("stop workers: %w", serr)
+		if !stopped {
+			stop()
 		}
 	}()
 	wal0, err := b.cfg.WALPosition(b.ctx)
 	if err != nil {
-		return 0, 0, err
+		return d, err
 	}
 	start := time.Now()
 	// A seed of its own per run: no image is already stored.
@@ -85,25 +98,31 @@ func (b *bench) drainProcesses(procs int, assets string, n int) (rate, walPerTas
 	for left := n; left > 0; left -= 600 {
 		in, err := newTree("bench", b.id("drain-assets"), min(left, 600), generator.Noop)
 		if err != nil {
-			return 0, 0, err
+			return d, err
 		}
 		in.Batch.Spec = spec
 		if _, _, err := b.cfg.Store.CreateIntent(b.ctx, in); err != nil {
-			return 0, 0, err
+			return d, err
 		}
 		batches = append(batches, in.Batch.ID)
 	}
 	for _, id := range batches {
 		if err := b.waitDrained(id); err != nil {
-			return 0, 0, err
+			return d, err
 		}
 	}
 	took := time.Since(start)
 	wal1, err := b.cfg.WALPosition(b.ctx)
 	if err != nil {
-		return 0, 0, err
+		return d, err
 	}
-	return float64(n) / took.Seconds(), float64(wal1-wal0) / float64(n), nil
+	stopped = true
+	cpu, err := stop()
+	if err != nil {
+		return d, fmt.Errorf("stop workers: %w", err)
+	}
+	return drained{rate: float64(n) / took.Seconds(), walPerTask: float64(wal1-wal0) / float64(n),
+		cpuPerTaskUS: float64(cpu.Microseconds()) / float64(n)}, nil
 }
 
 // waitDrained polls a batch until it has ended, every task succeeded.

@@ -38,6 +38,9 @@ func PrintTable(w io.Writer, ops []Op, results []*Result) {
 			// Throughput against a baseline store: its rate is the floor.
 			floor = fmtRate(*r.FloorPerS) + "/s"
 			ratio += fmt.Sprintf(", WAL/task %s vs %s", fmtBytes(*r.WALBytesPerTask), fmtBytes(*r.FloorWALBytesPerTask))
+			if r.WorkerCPUPerTaskUS != nil && r.FloorWorkerCPUPerTaskUS != nil {
+				ratio += fmt.Sprintf(", worker CPU/task %s vs %s", fmtUS(*r.WorkerCPUPerTaskUS), fmtUS(*r.FloorWorkerCPUPerTaskUS))
+			}
 		}
 		rows = append(rows, []string{ops[i].Name, fmt.Sprint(r.N), fmtUS(r.MedianUS), fmtUS(r.P99US), fmtRate(r.PerS), floor, ratio, ops[i].Target, verdict})
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"studio/client"
+	"studio/internal/testsignal"
 )
 
 // lockClient is a client of the stack with quick retries.
@@ -118,7 +119,7 @@ func TestLockLostEndsTheContext(t *testing.T) {
 	resp.Body.Close()
 	select {
 	case <-l.Context().Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(testsignal.Patience(t)):
 		t.Fatal("the lease's context did not end")
 	}
 	if cause := context.Cause(l.Context()); !errors.Is(cause, client.ErrLeaseLost) {
@@ -157,7 +158,7 @@ func TestLockHoldersExclude(t *testing.T) {
 				mu.Lock()
 				fences = append(fences, l.Fence)
 				mu.Unlock()
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(2 * time.Millisecond) // work inside the lock, on purpose: an overlap would show
 				inside.Add(-1)
 				if err := l.Release(ctx); err != nil {
 					t.Error(err)
@@ -201,9 +202,10 @@ func TestLockHoldGivesUpWithItsContext(t *testing.T) {
 			t.Errorf("wait %v: %v, want the context's deadline", wait, err)
 		}
 	}
-	// The server drops a waiter whose caller went away as it notices.
+	// The server drops a waiter whose caller went away as it notices: a
+	// poll, since no event of the server tells of it.
 	var info *client.LockInfo
-	for start := time.Now(); time.Since(start) < 5*time.Second; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(testsignal.Patience(t)); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if info, err = c.InspectLock(ctx, "jobs", "busy", 0); err != nil || info.Waiters == 0 {
 			break
 		}
@@ -387,8 +389,8 @@ func (s *signal) wait(t *testing.T, n int, what string) {
 	s.mu.Unlock()
 	select {
 	case <-ch:
-	case <-time.After(time.Minute):
-		t.Fatalf("%s: %d of %d after a minute", what, s.count(), n)
+	case <-time.After(testsignal.Patience(t)):
+		t.Fatalf("%s: %d of %d", what, s.count(), n)
 	}
 }
 
@@ -405,7 +407,7 @@ func TestLockLostByTheLocalClock(t *testing.T) {
 	}
 	select {
 	case <-l.Context().Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(testsignal.Patience(t)):
 		t.Fatal("the lease's context did not end")
 	}
 	if !errors.Is(l.Err(), client.ErrLeaseLost) {
@@ -452,7 +454,7 @@ func TestLockOneStalledRenewalIsNotALoss(t *testing.T) {
 // (404, as after its restart) loses it at once.
 func TestLockRenewal404IsALoss(t *testing.T) {
 	s := newStack(t, false)
-	front, _, _ := stallRenewals(t, s, 0, func(w http.ResponseWriter) {
+	front, tries, _ := stallRenewals(t, s, 0, func(w http.ResponseWriter) {
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(http.StatusNotFound)
 		io.WriteString(w, `{"type":"about:blank","title":"Not Found","status":404,"detail":"Not found."}`)
@@ -463,12 +465,16 @@ func TestLockRenewal404IsALoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := time.Now()
 	defer l.Release(ctx)
 	select {
 	case <-l.Context().Done():
-	case <-time.After(time.Until(held.Add(5 * time.Second))): // the first renewal comes at 2 s; the TTL ends at 6 s
-		t.Fatal("a 404 on renewal did not lose the lease before its TTL")
+	case <-time.After(testsignal.Patience(t)):
+		t.Fatal("a 404 on renewal did not lose the lease")
+	}
+	// Renewals come every 2 s; lost by the local clock instead, at the
+	// 6 s TTL, the lease would have seen more than one.
+	if n := tries.count(); n != 1 {
+		t.Fatalf("the lease was lost after %d renewal tries, want 1 (answered 404)", n)
 	}
 	if !errors.Is(context.Cause(l.Context()), client.ErrLeaseLost) {
 		t.Fatalf("cause %v", context.Cause(l.Context()))
@@ -534,7 +540,7 @@ func TestLockAcquireRetryAfterTheLeaseEnded(t *testing.T) {
 					next.ServeHTTP(&discard{header: http.Header{}}, r) // granted...
 					panic(http.ErrAbortHandler)                        // ...and the answer lost
 				case 2:
-					time.Sleep(900 * time.Millisecond) // past the 500 ms TTL
+					time.Sleep(900 * time.Millisecond) // past the 500 ms TTL: time passes on purpose
 				}
 			}
 			next.ServeHTTP(w, r)

@@ -34,6 +34,16 @@ func (s *Server) getAssetContent(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, notFoundAs(err, "asset"))
 		return
 	}
+	// The bytes of an asset never change; only its owner may read them.
+	s.serveBlob(w, r, a, "private, max-age=31536000, immutable")
+}
+
+// serveBlob answers an asset's bytes from the blob store, with the quoted
+// SHA-256 as ETag and cacheControl; http.ServeContent answers
+// If-None-Match (304), If-Modified-Since and ranges. With a Presigner it
+// answers a redirect to the object store instead (302, short-lived),
+// unless ?redirect=false or the bytes are not where a URL reaches them.
+func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, a intent.Asset, cacheControl string) {
 	if s.blobs == nil {
 		s.Error(w, r, intent.Errorf(intent.EUnavailable, "Asset content is not served by this process."))
 		return
@@ -69,8 +79,7 @@ func (s *Server) getAssetContent(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", a.ContentType)
 	h.Set("ETag", etag)
-	// The bytes of an asset never change; only its owner may read them.
-	h.Set("Cache-Control", "private, max-age=31536000, immutable")
+	h.Set("Cache-Control", cacheControl)
 	http.ServeContent(w, r, "", a.CreatedAt, f)
 }
 

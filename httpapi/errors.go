@@ -70,6 +70,9 @@ func (s *Server) Error(w http.ResponseWriter, r *http.Request, err error) {
 			// operator restores them (docs/operations.md).
 			s.log.LogAttrs(r.Context(), slog.LevelError, "asset bytes corrupt",
 				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+			if rec, ok := r.Context().Value(recordKey).(*RequestRecord); ok {
+				rec.Fault = FaultAssetCorrupt
+			}
 			w.Header().Set("Retry-After", strconv.Itoa(assetStoreRetryAfter))
 			err = intent.Errorf(intent.EUnavailable, "The asset's stored bytes fail their SHA-256 check; they are not served.")
 		}

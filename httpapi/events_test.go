@@ -99,6 +99,26 @@ func (s *sseStream) next() (sseEvent, error) {
 	}
 }
 
+// comment reads the next comment line (a heartbeat), failing if an event
+// comes first.
+func (s *sseStream) comment() string {
+	s.t.Helper()
+	for {
+		line, err := s.r.ReadString('\n')
+		if err != nil {
+			s.t.Fatalf("waiting for a comment: %v", err)
+		}
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "":
+		case strings.HasPrefix(line, ":"):
+			return strings.TrimSpace(line[1:])
+		default:
+			s.t.Fatalf("an event came before a comment: %q", line)
+		}
+	}
+}
+
 // must reads the next event and checks its name.
 func (s *sseStream) must(name string) sseEvent {
 	s.t.Helper()
@@ -152,13 +172,12 @@ func TestBatchEventsFollowChanges(t *testing.T) {
 		t.Fatalf("first event data\n%s\nwant GET's\n%s", first.data, want)
 	}
 	// Nothing happens: a heartbeat comes, then the claim's events.
-	time.Sleep(600 * time.Millisecond) // heartbeats every 100ms
+	if c := st.comment(); c != "ping" {
+		t.Fatalf("a quiet stream sent the comment %q, want a heartbeat", c)
+	}
 	cs := claimAll(t, h.store, 2)
 	running := map[string]bool{}
 	ev := st.must("task")
-	if len(ev.comments) == 0 || ev.comments[0] != "ping" {
-		t.Fatalf("no heartbeat during a quiet stream: comments %v", ev.comments)
-	}
 	for {
 		tk := eventData[intent.Task](t, ev)
 		if tk.State != intent.StateRunning || tk.Attempts != 1 || tk.BatchID != b.ID {

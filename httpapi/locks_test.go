@@ -17,6 +17,7 @@ import (
 
 	"studio/httpapi"
 	"studio/intent"
+	"studio/internal/testsignal"
 	"studio/locks"
 	"studio/lockservice"
 	"studio/planner"
@@ -401,14 +402,20 @@ func TestLocksKeysAreExact(t *testing.T) {
 
 func TestLocksExpiryAndLateRenewal(t *testing.T) {
 	t.Parallel()
-	h := newLockHarness(t)
+	var expired testsignal.Changes
+	h := newLockHarnessConfig(t, lockservice.Config{Observe: func(e lockservice.Event) {
+		if e.Ended != "" {
+			expired.Notify()
+		}
+	}})
 	w := h.lockCall("alice", "acquire", acquireJSON("short", "jobs", "exp", 500, 0, 0))
 	if w.Code != http.StatusCreated {
 		t.Fatalf("acquire: %d %s", w.Code, w.Body)
 	}
 	a := decode[lockLease](t, w)
-	// Nobody renews: the key frees by itself.
-	waitFor(t, func() bool { return !h.inspect(t, "alice", "exp", 0).Held })
+	// Nobody renews: the key frees by itself (the 500 ms TTL passes, on
+	// purpose), which the service tells of.
+	expired.Until(t, "the lease to expire", func() bool { return !h.inspect(t, "alice", "exp", 0).Held })
 	p := wantProblem(t, h.lockCall("alice", "renew", leaseJSON(a.LeaseID)), http.StatusGone)
 	if !strings.Contains(p.Detail, "expired") {
 		t.Errorf("detail %q", p.Detail)
@@ -522,13 +529,14 @@ func TestLocksConcurrentRetries(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds, for up to 10 s.
+// waitFor polls cond until it holds: for a state no event of the lock
+// service tells of (how many acquires wait).
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testsignal.Patience(t))
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
+			t.Fatal("condition not met")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

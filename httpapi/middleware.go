@@ -206,14 +206,17 @@ func (w *statusWriter) status() int {
 }
 
 // usesDatabase says whether a request to path reads the database (so that
-// its success ends an outage): the API's routes and the readiness check.
+// its success ends an outage): the API's routes, the gallery and the
+// readiness check.
 func usesDatabase(path string) bool {
-	return strings.HasPrefix(path, "/v1/") || path == "/readyz"
+	return strings.HasPrefix(path, "/v1/") || strings.HasPrefix(path, "/gallery/") || path == "/readyz"
 }
 
 // usesAssetStore says whether a request reads or writes asset bytes (its
-// success ends an outage of the asset store): asset content and uploads.
+// success ends an outage of the asset store): asset content, gallery files
+// and uploads.
 func usesAssetStore(r *http.Request) bool {
 	return (r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/assets/") && strings.HasSuffix(r.URL.Path, "/content")) ||
+		(r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/gallery/") && !strings.HasSuffix(r.URL.Path, "/manifest.json")) ||
 		(r.Method == http.MethodPost && r.URL.Path == "/v1/uploads")
 }

@@ -45,6 +45,9 @@ type Store interface {
 	// publications list.
 	BatchChanges(ctx context.Context, p store.ChangesParams) (store.Changes, error)
 	ListPublications(ctx context.Context, p store.ListParams) ([]intent.Publication, error)
+	// PublicationItems and PublicationItem serve the gallery.
+	PublicationItems(ctx context.Context, publicationID string) ([]store.PublicationItem, error)
+	PublicationItem(ctx context.Context, publicationID, assetID string) (store.PublicationItem, error)
 	WatchBatch(batchID string) (<-chan struct{}, func())
 }
 
@@ -171,9 +174,14 @@ type RequestRecord struct {
 	// RequestID is the intent's request id, when the request carried one.
 	RequestID string
 	// Fault is the kind of dependency fault the request was answered with
-	// (store.FaultKind), "" when none.
+	// (store.FaultKind), FaultAssetCorrupt for stored asset bytes that
+	// failed their SHA-256, "" when none.
 	Fault string
 }
+
+// FaultAssetCorrupt is RequestRecord.Fault for a request answered 503
+// because the asset bytes it asked for fail their SHA-256 check.
+const FaultAssetCorrupt = "asset_corrupt"
 
 // Server is studio's HTTP API.
 type Server struct {
@@ -308,6 +316,8 @@ func (s *Server) routes() *chi.Mux {
 	if s.metrics != nil {
 		r.Method(http.MethodGet, "/metrics", s.metrics)
 	}
+	// Published: the gallery, for anyone who has a publication's id.
+	r.Get("/gallery/{publication}/{file}", s.getGalleryFile)
 	if s.ui != nil {
 		r.Method(http.MethodGet, "/", s.ui)
 		r.Method(http.MethodGet, "/ui/*", s.ui)

@@ -25,15 +25,18 @@
 //	  +--> canceled <-- the parent asked to cancel (batches only): queued
 //	                    at once; running at its next write or renewal
 //
-// A Runner is the machinery both need and neither should write twice:
+// A Runner is the machinery both need and neither should write twice.
+// Each Start..Stop of it is one session: its loops and the items it
+// holds, of which a Handler sees the *Session:
 //
 //	Start --> fetch loop: claim up to the room it has (Handler.Claim),
 //	          back off with jitter while nothing comes (PollMin..PollMax)
 //	          each item: its own goroutine and context (Handler.Run)
 //	      --> renewal loop: every ttl/3, one store.RenewLeases
-//	          (Config.Leases) for every live lease; "lost", or no renewal confirmed before the local
-//	          deadline (claim or last renewal + ttl): the item's context
-//	          ends with store.ErrLeaseLost; "canceled": with ErrCanceled
+//	          (Config.Leases) for every live lease; "lost", or no
+//	          renewal confirmed before the local deadline (claim or last
+//	          renewal + ttl): the item's context ends with
+//	          store.ErrLeaseLost; "canceled": with ErrCanceled
 //	      --> Config.Loops (batch writers, sweeps) for the session
 //	Stop  --> no more claims (Session.StopContext ends); running items
 //	          get Grace to end, then their contexts end with ErrStopping;

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"studio/internal/testsignal"
 	"studio/leasequeue"
 	"studio/store"
 )
@@ -33,6 +34,10 @@ type queue struct {
 	// claimDelays are how long the claims that find items take, one at a
 	// time, each claiming one item, while any are left.
 	claimDelays []time.Duration
+	// session is the runner's session the last Run was given.
+	session atomic.Pointer[leasequeue.Session]
+	// changed tells of each item run and each renewal.
+	changed testsignal.Changes
 }
 
 func newQueue(n int) *queue {
@@ -60,7 +65,7 @@ func (q *queue) Claim(_ context.Context, owner string, limit int, ttl time.Durat
 		q.claims++
 	}
 	q.mu.Unlock()
-	time.Sleep(delay)
+	time.Sleep(delay) // a slow claim: time passes on purpose, the lease's deadline counts from before it
 	q.mu.Lock()
 	return out, nil
 }
@@ -79,6 +84,7 @@ func (q *queue) RenewLeases(ctx context.Context, p store.RenewParams) (store.Ren
 			items[i] = l.ID
 		}
 		lost, canceled, err := q.renew(items)
+		q.changed.Notify()
 		return store.RenewResult{Lost: lost, Canceled: canceled}, err
 	}
 	return store.RenewResult{}, nil
@@ -95,29 +101,36 @@ func (q *queue) Run(ctx context.Context, s *leasequeue.Session, item string) {
 			break
 		}
 	}
+	q.session.Store(s)
 	if q.run != nil {
 		q.run(ctx, item)
 	}
 	q.mu.Lock()
 	q.ran[item]++
 	q.mu.Unlock()
+	q.changed.Notify()
+}
+
+// await waits, in an item's goroutine, until cond holds (checked again at
+// each item run and each renewal) or ctx ends.
+func (q *queue) await(ctx context.Context, cond func() bool) {
+	for {
+		ch := q.changed.Next()
+		if cond() {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func (q *queue) ranAll(n int) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.ran) == n
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting: %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func newRunner(t *testing.T, cfg leasequeue.Config, q *queue) *leasequeue.Runner[string] {
@@ -140,12 +153,14 @@ func newRunner(t *testing.T, cfg leasequeue.Config, q *queue) *leasequeue.Runner
 func TestRunsEveryItemOnce(t *testing.T) {
 	t.Parallel()
 	q := newQueue(200)
+	// Items that take a moment (time passes on purpose), so that they
+	// overlap and the bound is tested.
 	q.run = func(ctx context.Context, _ string) { time.Sleep(100 * time.Microsecond) }
 	r := newRunner(t, leasequeue.Config{Options: leasequeue.Options{Concurrency: 3}}, q)
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "every item run", func() bool { return q.ranAll(200) })
+	q.changed.Until(t, "every item run", func() bool { return q.ranAll(200) })
 	r.Stop(context.Background())
 	for item, n := range q.ran {
 		if n != 1 {
@@ -166,7 +181,7 @@ func TestClaimAheadClaimsInBatches(t *testing.T) {
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "every item run", func() bool { return q.ranAll(2000) })
+	q.changed.Until(t, "every item run", func() bool { return q.ranAll(2000) })
 	r.Stop(context.Background())
 	q.mu.Lock()
 	claims := q.claims
@@ -213,7 +228,7 @@ func TestRenewalEndsItems(t *testing.T) {
 				if !errors.Is(got, tc.want) {
 					t.Fatalf("cause %v, want %v", got, tc.want)
 				}
-			case <-time.After(30 * time.Second):
+			case <-time.After(testsignal.Patience(t)):
 				t.Fatal("the item was never ended")
 			}
 		})
@@ -235,7 +250,7 @@ func TestStopGrace(t *testing.T) {
 		started <- struct{}{}
 		if item == "item-000" {
 			// ends by itself, after the stop began
-			time.Sleep(20 * time.Millisecond)
+			<-q.session.Load().StopContext().Done()
 			ends[item] <- nil
 			return
 		}
@@ -290,7 +305,7 @@ func TestStartStopInAnyOrder(t *testing.T) {
 	q.mu.Lock()
 	q.pending = append(q.pending, "late")
 	q.mu.Unlock()
-	eventually(t, "the late item run", func() bool { return q.ranAll(1) })
+	q.changed.Until(t, "the late item run", func() bool { return q.ranAll(1) })
 	r.Stop(context.Background())
 	r.Stop(context.Background())
 }
@@ -307,21 +322,18 @@ func TestSlowClaimIsRenewedFirst(t *testing.T) {
 	q.claimDelays = []time.Duration{0, 1800 * time.Millisecond}
 	var renewed atomic.Int32
 	q.renew = func([]string) ([]string, []string, error) {
-		time.Sleep(300 * time.Millisecond) // renewals run back to back
+		time.Sleep(300 * time.Millisecond) // a slow renewal, on purpose: renewals run back to back
 		renewed.Add(1)
 		return nil, nil, nil
 	}
 	causes := make(chan error, 2)
 	q.run = func(ctx context.Context, item string) {
 		if item == "item-000" { // held while the slow claim runs
-			for q.ranAll(0) && ctx.Err() == nil && len(causes) == 0 {
-				time.Sleep(time.Millisecond)
-			}
+			q.await(ctx, func() bool { return !q.ranAll(0) })
 			return
 		}
-		for start := renewed.Load(); renewed.Load() < start+3 && ctx.Err() == nil; {
-			time.Sleep(time.Millisecond)
-		}
+		start := renewed.Load()
+		q.await(ctx, func() bool { return renewed.Load() >= start+3 })
 		causes <- context.Cause(ctx)
 	}
 	r := newRunner(t, leasequeue.Config{Options: leasequeue.Options{Concurrency: 2, LeaseTTL: 900 * time.Millisecond}}, q)

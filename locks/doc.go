@@ -21,8 +21,8 @@
 //
 // # Owners, leases and fences
 //
-// Every acquisition draws a fresh owner: 128 random bits that no other
-// acquisition uses. The store records (key, owner, fence, expiry) and that
+// Every acquisition draws a fresh owner that no other acquisition uses:
+// its engine's 128 random bits and a counter, in hex. The store records (key, owner, fence, expiry) and that
 // record is the lease. Renew and Release name the owner and change nothing
 // unless it still holds a live lease, so a holder that has lost its lease
 // can never touch the next holder's.
@@ -32,8 +32,8 @@
 // clocks disagree still agree on expiry. While fn runs, the engine renews
 // every TTL/3, one renewal at a time. If the store answers that the lease
 // is gone, or renewals keep failing until the lease's time is up by the
-// local clock (counted from when the last good renewal was sent, so never
-// later than the store's expiry), fn's context ends with a
+// local clock (time.Now's monotonic reading, counted from when the last
+// good renewal was sent, so never later than the store's expiry), fn's context ends with a
 // *LeaseLostError as its cause (context.Cause), exactly once, and Hold
 // returns that error. A lease that ran out is never renewed.
 //
@@ -78,6 +78,12 @@
 // key and goes on up; a release that fails never hides fn's own error (it
 // is joined, wrapping ErrRelease). fn's context ends before the key is
 // released, so goroutines fn left behind see it first.
+//
+// fn's context is context.WithCancelCause of the caller's, and it also
+// carries the acquisitions, so that the caller giving up or Close cancels
+// them. Renewals and releases must outlive it: they carry the caller's
+// values without its cancel (context.WithoutCancel), and Close cancels
+// them only CloseGrace after it begins.
 //
 // # Waiting and fairness
 //

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unsafe"
 )
 
 // cleanupTimeout bounds the release that follows an acquisition whose
@@ -39,28 +38,21 @@ var errReleased = errors.New("locks: lease released")
 type Engine struct {
 	store    Store
 	defaults settings
-	prefix   [32]byte // 128 random bits in hex: every owner starts with them
-
-	// calls ends CloseGrace after Close begins: store calls that give keys
-	// back carry it (see storeCtx).
-	calls     context.Context
-	stopCalls context.CancelCauseFunc
+	prefix   string // 128 random bits in hex: every owner starts with them
 
 	mu          sync.Mutex
 	queues      [2]map[string]*queue // by key: [0] locks, [1] semaphores
 	swept       int                  // len of both after the last sweep of idle queues
 	active      *Lease               // leases from enter to release, linked through prev and next
 	closed      bool
-	grace       *time.Timer // cancels calls, once Close has waited CloseGrace
+	grace       *time.Timer // ends the active leases' store calls, once Close has waited CloseGrace
 	holds       sync.WaitGroup
 	unsubscribe func() // from a Notifier store
-
-	owners     uint64 // the counter after the prefix
-	ownerBlock []byte // the unused rest of the block owners are cut from
+	owners      uint64 // the counter after the prefix
 
 	renewals   renewHeap   // running leases by next renewal
 	renewTimer *time.Timer // fires at armedAt, if armed
-	armedAt    mono
+	armedAt    time.Time
 	armed      bool
 }
 
@@ -77,8 +69,7 @@ func New(store Store, opts ...Option) *Engine {
 	var seed [16]byte
 	binary.LittleEndian.PutUint64(seed[:8], rand.Uint64())
 	binary.LittleEndian.PutUint64(seed[8:], rand.Uint64())
-	hex.Encode(e.prefix[:], seed[:])
-	e.calls, e.stopCalls = context.WithCancelCause(context.Background())
+	e.prefix = hex.EncodeToString(seed[:])
 	if n, ok := store.(Notifier); ok {
 		e.unsubscribe = n.Subscribe(e.released)
 	}
@@ -146,13 +137,12 @@ func (e *Engine) Close() error {
 	if !e.closed {
 		e.closed = true
 		for l := e.active; l != nil; l = l.next {
-			l.hc.cancel(ErrClosed)
+			l.cancel(ErrClosed)
 		}
-		e.grace = time.AfterFunc(CloseGrace, func() { e.stopCalls(ErrClosed) })
+		e.grace = time.AfterFunc(CloseGrace, e.endCalls)
 	}
 	e.mu.Unlock()
 	e.holds.Wait()
-	e.stopCalls(ErrClosed)
 	e.mu.Lock()
 	e.grace.Stop()
 	if e.renewTimer != nil {
@@ -165,6 +155,17 @@ func (e *Engine) Close() error {
 		unsubscribe()
 	}
 	return nil
+}
+
+// endCalls cancels the store calls of every lease still active: the
+// releases that Close let run for CloseGrace, and the renewals of fns that
+// ignored their context's end.
+func (e *Engine) endCalls() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for l := e.active; l != nil; l = l.next {
+		l.endCalls(ErrClosed)
+	}
 }
 
 // target is what a hold takes: a lock (limit 0) or a slot of a semaphore.
@@ -263,7 +264,8 @@ func (e *Engine) hold(ctx context.Context, t target, key string, fn func(context
 	l := e.newLease(ctx, t, key, s.ttl)
 	w, err := e.enter(l)
 	if err != nil {
-		l.hc.cancel(err)
+		l.cancel(err)
+		l.endCalls(err)
 		return false, fmt.Errorf("locks: hold %q: %w", key, err)
 	}
 	defer e.holds.Done()
@@ -277,35 +279,25 @@ func (e *Engine) hold(ctx context.Context, t target, key string, fn func(context
 	return true, e.run(l, fn, s)
 }
 
-// newLease makes the lease a hold will try to get: its fn context, which
-// also carries the store calls that acquire it, so that Close cancels
-// them. Its first owner comes in enter.
+// newLease makes the lease a hold will try to get, with its two contexts:
+// fn's, which also carries the store calls that acquire the lease (so
+// that the caller giving up or Close cancels them), and the one of the
+// store calls that must outlive fn's (renewals and releases): the
+// caller's values without its cancel, ended only by Close (after
+// CloseGrace, see endCalls). Its first owner comes in enter.
 func (e *Engine) newLease(ctx context.Context, t target, key string, ttl time.Duration) *Lease {
 	l := &Lease{key: key, t: t, ttl: ttl, idx: -1, e: e}
-	l.hc.parent = ctx
+	l.ctx, l.cancel = context.WithCancelCause(ctx)
+	l.calls, l.endCalls = context.WithCancelCause(context.WithoutCancel(ctx))
 	return l
 }
-
-// Owners are cut from blocks of ownerBlockSize bytes: one allocation per
-// about a hundred holds, and a store entry that keeps an owner (an expired
-// lease nobody released) keeps that block reachable, not the lease.
-const (
-	ownerBlockSize = 4096
-	ownerMaxLen    = 32 + 16 // the prefix and a 64-bit counter in hex
-)
 
 // newOwnerLocked draws an owner no other acquisition uses: the engine's
 // random prefix and the next count, in hex. e.mu is held.
 func (e *Engine) newOwnerLocked() string {
-	if len(e.ownerBlock) < ownerMaxLen {
-		e.ownerBlock = make([]byte, ownerBlockSize)
-	}
 	e.owners++
-	b := append(e.ownerBlock[:0:ownerMaxLen], e.prefix[:]...)
-	b = strconv.AppendUint(b, e.owners, 16)
-	e.ownerBlock = e.ownerBlock[len(b):]
-	// The bytes are never written again: the block moved past them.
-	return unsafe.String(&b[0], len(b))
+	var b [32 + 16]byte // the prefix and a 64-bit counter in hex: one allocation, the string
+	return string(strconv.AppendUint(append(b[:0], e.prefix...), e.owners, 16))
 }
 
 // enter counts a hold in and links its lease (so that Close cancels it),
@@ -366,7 +358,8 @@ func (e *Engine) abandon(l *Lease) {
 	e.mu.Lock()
 	e.unlinkLocked(l)
 	e.mu.Unlock()
-	l.hc.cancel(errReleased)
+	l.cancel(errReleased)
+	l.endCalls(errReleased)
 }
 
 // unlinkLocked takes l off the list of leases. e.mu is held.
@@ -441,9 +434,9 @@ func (e *Engine) wait(l *Lease, w *waiter, s settings, askNow bool) error {
 		case <-deadline:
 			e.leave(l.q, w)
 			return &TimeoutError{Key: l.key, Wait: s.wait}
-		case <-l.hc.Done(): // the caller's context or Close
+		case <-l.ctx.Done(): // the caller's context or Close
 			e.leave(l.q, w)
-			return fmt.Errorf("locks: hold %q: %w", l.key, context.Cause(&l.hc))
+			return fmt.Errorf("locks: hold %q: %w", l.key, context.Cause(l.ctx))
 		}
 	}
 }
@@ -532,22 +525,22 @@ func (e *Engine) leave(q *queue, w *waiter) {
 // whatever may have been taken (a release by an owner that holds nothing
 // changes nothing) and draws a new owner for any later ask.
 func (e *Engine) ask(l *Lease) (bool, error) {
-	sent := monoNow()
-	fence, ok, err := l.t.acquire(&l.hc, e.store, l.key, l.owner, l.ttl)
+	sent := time.Now()
+	fence, ok, err := l.t.acquire(l.ctx, e.store, l.key, l.owner, l.ttl)
 	if err != nil {
-		rctx, cancel := context.WithTimeout(l.calls(), cleanupTimeout)
+		rctx, cancel := context.WithTimeout(l.calls, cleanupTimeout)
 		_, _ = l.t.release(rctx, e.store, l.key, l.owner)
 		cancel()
 		e.mu.Lock()
 		l.owner = e.newOwnerLocked()
 		e.mu.Unlock()
-		if l.hc.Err() != nil {
-			return false, fmt.Errorf("locks: hold %q: %w", l.key, context.Cause(&l.hc))
+		if l.ctx.Err() != nil {
+			return false, fmt.Errorf("locks: hold %q: %w", l.key, context.Cause(l.ctx))
 		}
 		return false, fmt.Errorf("locks: acquire %q: %w", l.key, err)
 	}
 	if ok {
-		l.fence, l.expires = fence, sent.add(l.ttl)
+		l.fence, l.expires = fence, sent.Add(l.ttl)
 	}
 	return ok, nil
 }
@@ -567,10 +560,10 @@ func (e *Engine) settle(l *Lease, w *waiter, ok bool, err error) error {
 	}
 	if ok {
 		q.held++
-		if l.hc.Err() != nil {
-			gone = context.Cause(&l.hc)
+		if l.ctx.Err() != nil {
+			gone = context.Cause(l.ctx)
 		} else {
-			e.schedule(l, l.expires.add(l.ttl/3-l.ttl)) // sent + ttl/3
+			e.schedule(l, l.expires.Add(l.ttl/3-l.ttl)) // sent + ttl/3
 		}
 	}
 	if !ok || q.held < l.t.capacity() {
@@ -600,21 +593,22 @@ func (e *Engine) settle(l *Lease, w *waiter, ok bool, err error) error {
 // store bounds its calls itself: SQLite's busy_timeout), and ends
 // CloseGrace after Close.
 func (e *Engine) release(l *Lease) error {
-	_, err := l.t.release(l.calls(), e.store, l.key, l.owner)
+	_, err := l.t.release(l.calls, e.store, l.key, l.owner)
 	e.mu.Lock()
 	e.unlinkLocked(l)
 	l.q.held--
 	l.q.wakeFront()
 	e.mu.Unlock()
+	l.endCalls(errReleased)
 	return err
 }
 
 // run calls fn with the lease, renewed meanwhile, and releases it.
 func (e *Engine) run(l *Lease, fn func(context.Context, *Lease) error, s settings) (err error) {
-	var fctx context.Context = &l.hc
+	fctx := l.ctx
 	if s.maxHold > 0 {
 		var cancelMax context.CancelFunc
-		fctx, cancelMax = context.WithTimeoutCause(&l.hc, s.maxHold, ErrMaxHold)
+		fctx, cancelMax = context.WithTimeoutCause(l.ctx, s.maxHold, ErrMaxHold)
 		defer cancelMax()
 	}
 	returned := false
@@ -626,7 +620,7 @@ func (e *Engine) run(l *Lease, fn func(context.Context, *Lease) error, s setting
 			cause = context.Cause(fctx)
 		}
 		lost := e.stopRenewal(l)
-		l.hc.cancel(errReleased)
+		l.cancel(errReleased)
 		rerr := e.release(l)
 		if !returned {
 			return // the panic goes on; nobody reads err
@@ -640,39 +634,6 @@ func (e *Engine) run(l *Lease, fn func(context.Context, *Lease) error, s setting
 	returned = true
 	return err
 }
-
-// storeCtx is a Lease seen as the context of its store calls that must
-// outlive the hold's own context but not the engine: the hold's values
-// (its context without cancel), done when the engine's calls end. Being
-// the Lease, it costs no allocation and no room; the values are detached
-// from the hold's context (context.WithoutCancel) only when a store asks
-// for one.
-type storeCtx Lease
-
-// calls is the context of l's renewals and releases.
-func (l *Lease) calls() *storeCtx { return (*storeCtx)(l) }
-
-func (c *storeCtx) Deadline() (time.Time, bool) { return c.e.calls.Deadline() }
-func (c *storeCtx) Done() <-chan struct{}       { return c.e.calls.Done() }
-func (c *storeCtx) Err() error                  { return c.e.calls.Err() }
-
-// Value answers the hold's values, never its cancellation.
-func (c *storeCtx) Value(key any) any {
-	parent := c.hc.parent
-	if parent.Done() == nil {
-		return parent.Value(key) // never canceled: nothing to detach
-	}
-	v := c.values.Load()
-	if v == nil {
-		w := context.WithoutCancel(parent)
-		c.values.CompareAndSwap(nil, &w)
-		v = c.values.Load()
-	}
-	return (*v).Value(key)
-}
-
-// AfterFunc lets contexts derived from c follow it without a goroutine.
-func (c *storeCtx) AfterFunc(f func()) func() bool { return context.AfterFunc(c.e.calls, f) }
 
 // result decides what Hold returns from fn's error, the cause that ended
 // fn's context (if any) and a lost lease (if any).

@@ -73,7 +73,7 @@ func ExampleSemaphore() {
 				n := running.Add(1)
 				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 				}
-				time.Sleep(5 * time.Millisecond)
+				time.Sleep(5 * time.Millisecond) // the render
 				running.Add(-1)
 				return nil
 			})

@@ -3,7 +3,6 @@ package locks
 import (
 	"container/heap"
 	"context"
-	"sync/atomic"
 	"time"
 )
 
@@ -18,8 +17,15 @@ type Lease struct {
 	q     *queue  // the key's queue in the engine, from enter to release
 	e     *Engine // for Expires
 
-	hc     holdCtx                         // fn's context, and the acquisitions'
-	values atomic.Pointer[context.Context] // of the store calls' context (see storeCtx)
+	// fn's context, and the acquisitions': it ends when the caller's
+	// does, when the lease is lost, at Close, or once fn has returned
+	// (cause errReleased).
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// The context of the renewals and releases: the caller's values, not
+	// its cancel; ended at Close after CloseGrace, or after the release.
+	calls    context.Context
+	endCalls context.CancelCauseFunc
 
 	// The rest is the engine's, under its mutex.
 
@@ -27,15 +33,15 @@ type Lease struct {
 	// when the last successful acquisition or renewal was sent, plus the
 	// TTL. The store started counting no earlier, so its own expiry is not
 	// before this.
-	expires mono
+	expires time.Time
 
 	prev, next *Lease // in the engine's list of leases
 	linked     bool   // in that list
 
-	due      mono // of the next renewal
-	idx      int  // in the engine's renewal heap; -1 when not in it
-	renewing bool // a renewal is in flight
-	stopped  bool // fn returned: no more renewals
+	due      time.Time // of the next renewal
+	idx      int       // in the engine's renewal heap; -1 when not in it
+	renewing bool      // a renewal is in flight
+	stopped  bool      // fn returned: no more renewals
 	cancelOp context.CancelFunc
 	idle     chan struct{} // closed when the renewal in flight ends, after a stop
 	lastErr  error         // of the last failed renewal
@@ -62,7 +68,7 @@ func (l *Lease) Fence() int64 { return l.fence }
 func (l *Lease) Expires() time.Time {
 	l.e.mu.Lock()
 	defer l.e.mu.Unlock()
-	return l.expires.time()
+	return l.expires
 }
 
 // Renewals. The engine keeps its running leases in a heap by the time of
@@ -76,7 +82,7 @@ func (l *Lease) Expires() time.Time {
 type renewHeap []*Lease
 
 func (h renewHeap) Len() int           { return len(h) }
-func (h renewHeap) Less(i, j int) bool { return h[i].due < h[j].due }
+func (h renewHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
 func (h renewHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].idx, h[j].idx = i, j
@@ -96,17 +102,17 @@ func (h *renewHeap) Pop() any {
 }
 
 // schedule queues l's next renewal at due. e.mu is held.
-func (e *Engine) schedule(l *Lease, due mono) {
+func (e *Engine) schedule(l *Lease, due time.Time) {
 	l.due = due
 	heap.Push(&e.renewals, l)
-	if !e.armed || due < e.armedAt {
+	if !e.armed || due.Before(e.armedAt) {
 		e.arm(due)
 	}
 }
 
 // arm sets the renewal timer to fire at due. e.mu is held.
-func (e *Engine) arm(due mono) {
-	d := due.until()
+func (e *Engine) arm(due time.Time) {
+	d := time.Until(due)
 	if e.renewTimer == nil {
 		e.renewTimer = time.AfterFunc(d, e.renewDue)
 	} else {
@@ -120,9 +126,9 @@ func (e *Engine) arm(due mono) {
 func (e *Engine) renewDue() {
 	e.mu.Lock()
 	e.armed = false
-	t := monoNow()
+	t := time.Now()
 	var due []*Lease
-	for len(e.renewals) > 0 && e.renewals[0].due <= t {
+	for len(e.renewals) > 0 && !e.renewals[0].due.After(t) {
 		l := heap.Pop(&e.renewals).(*Lease)
 		l.renewing = true
 		due = append(due, l)
@@ -145,8 +151,8 @@ func (e *Engine) renew(l *Lease) {
 		e.mu.Unlock()
 		return
 	}
-	sent := monoNow()
-	if sent >= l.expires {
+	sent := time.Now()
+	if !sent.Before(l.expires) {
 		// Renewals failed until the lease ran out: a lease that ran out
 		// is never renewed.
 		e.lose(l, l.lastErr)
@@ -154,7 +160,7 @@ func (e *Engine) renew(l *Lease) {
 		e.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithDeadline(l.calls(), l.expires.time())
+	ctx, cancel := context.WithDeadline(l.calls, l.expires)
 	l.cancelOp = cancel
 	e.mu.Unlock()
 
@@ -175,14 +181,14 @@ func (e *Engine) renew(l *Lease) {
 	if err == nil {
 		// The next renewal is due ttl/3 after this one was sent, however
 		// long it took to answer.
-		l.expires, l.lastErr = sent.add(l.ttl), nil
-		e.schedule(l, sent.add(l.ttl/3))
+		l.expires, l.lastErr = sent.Add(l.ttl), nil
+		e.schedule(l, sent.Add(l.ttl/3))
 		return
 	}
 	// Try again soon, but never past the lease's end: the check at the
 	// top then declares it lost.
 	l.lastErr = err
-	e.schedule(l, monoNow().add(min(max(l.ttl/10, time.Millisecond), l.expires.until())))
+	e.schedule(l, time.Now().Add(min(max(l.ttl/10, time.Millisecond), time.Until(l.expires))))
 }
 
 // renewed ends a renewal that schedules no other. e.mu is held.
@@ -198,7 +204,7 @@ func (e *Engine) renewed(l *Lease) {
 func (e *Engine) lose(l *Lease, err error) {
 	if l.lost == nil {
 		l.lost = &LeaseLostError{Key: l.key, Fence: l.fence, Err: err}
-		l.hc.cancel(l.lost)
+		l.cancel(l.lost)
 	}
 }
 

@@ -12,17 +12,16 @@ import (
 // MemoryStore is a Store inside one process: a map under a mutex. Engines
 // sharing it exclude each other; other processes do not see it.
 //
-// Its clock is the monotonic clock (time.Now's wall time when the package
-// started, moved on by the monotonic time since: one clock read, and no
-// steps), or the one given to NewMemoryStoreClock. Fences
+// Its clock is time.Now, whose monotonic reading measures the leases (a
+// step of the wall clock moves no expiry), or the one given to
+// NewMemoryStoreClock. Fences
 // are one counter for every key, seeded from the wall clock: each is
 // max(last+1, now in microseconds), so they keep growing across restarts
 // of the process as long as the clock does not step back and acquisitions
 // average under one per microsecond, and reach MaxFence only in the year
 // 2255.
 type MemoryStore struct {
-	now  func() time.Time
-	mono bool // now is the package's monotonic clock
+	now func() time.Time
 
 	mu        sync.Mutex
 	locks     map[string]*memLease           // released and expired entries stay until a sweep
@@ -42,12 +41,8 @@ type memLease struct {
 // live reports whether the lease is held at now.
 func (m memLease) live(now time.Time) bool { return now.Before(m.expires) }
 
-// NewMemoryStore returns an empty store on the monotonic clock.
-func NewMemoryStore() *MemoryStore {
-	m := NewMemoryStoreClock(now)
-	m.mono = true
-	return m
-}
+// NewMemoryStore returns an empty store on time.Now's clock.
+func NewMemoryStore() *MemoryStore { return NewMemoryStoreClock(time.Now) }
 
 // NewMemoryStoreClock returns an empty store whose clock is now, for tests
 // that move time by hand.
@@ -57,15 +52,6 @@ func NewMemoryStoreClock(now func() time.Time) *MemoryStore {
 		locks: make(map[string]*memLease),
 		slots: make(map[string]map[string]memLease),
 	}
-}
-
-// alive reports whether l is live now, by the store's clock; on the
-// monotonic clock without making a time.Time. m.mu is held.
-func (m *MemoryStore) alive(l memLease) bool {
-	if m.mono {
-		return time.Until(l.expires) > 0
-	}
-	return l.live(m.now())
 }
 
 // nextFence draws a fence. m.mu is held.
@@ -130,7 +116,7 @@ func (m *MemoryStore) Release(ctx context.Context, key, owner string) (bool, err
 	if cur == nil || cur.owner != owner {
 		return false, nil
 	}
-	live := m.alive(*cur)
+	live := cur.live(m.now())
 	*cur = memLease{} // free; the entry stays for the key's next holder
 	return live, nil
 }
@@ -207,7 +193,7 @@ func (m *MemoryStore) ReleaseSlot(ctx context.Context, key, owner string) (bool,
 		return false, nil
 	}
 	delete(held, owner) // an empty map stays for the key's next holder, until a sweep
-	return m.alive(cur), nil
+	return cur.live(m.now()), nil
 }
 
 // Inspect implements Store.

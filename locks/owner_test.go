@@ -8,9 +8,9 @@ import (
 )
 
 // TestOwnerDoesNotPinLease: a memory-store entry whose holder never
-// released it (here the release is lost) keeps its owner string, and with
-// it the block the owner was cut from, but not the Lease, nor through it
-// the hold's context and whatever that context carries.
+// released it (here the release is lost) keeps its owner string, but not
+// the Lease, nor through it the hold's context and whatever that context
+// carries.
 func TestOwnerDoesNotPinLease(t *testing.T) {
 	m := NewMemoryStore()
 	lost := &hookStore{Store: m, release: func(context.Context, string, string) (bool, error) { return true, nil }}

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"studio/internal/testsignal"
 	"studio/locks"
 	"studio/lockservice"
 )
@@ -49,12 +50,41 @@ func req(key string, ttl, wait time.Duration) lockservice.Request {
 	return lockservice.Request{Name: "jobs", Key: key, TTL: ttl, Wait: wait}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
+// ends counts the leases that ended, by state, and tells of each end
+// (Config.Observe).
+type ends struct {
+	mu      sync.Mutex
+	n       map[string]int
+	changed testsignal.Changes
+}
+
+func (e *ends) observe(ev lockservice.Event) {
+	if ev.Ended == "" {
+		return
+	}
+	e.mu.Lock()
+	if e.n == nil {
+		e.n = map[string]int{}
+	}
+	e.n[ev.Ended]++
+	e.mu.Unlock()
+	e.changed.Notify()
+}
+
+func (e *ends) count(state string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n[state]
+}
+
+// pollFor polls cond: for a state no event tells of (an acquire that
+// began waiting).
+func pollFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testsignal.Patience(t))
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
+			t.Fatalf("gave up waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -89,7 +119,7 @@ func TestRacingHolders(t *testing.T) {
 				mu.Lock()
 				n := count
 				mu.Unlock()
-				time.Sleep(50 * time.Microsecond)
+				time.Sleep(50 * time.Microsecond) // work inside the lock, on purpose: a lost update would show
 				mu.Lock()
 				count = n + 1
 				fences = append(fences, l.Fence)
@@ -122,25 +152,21 @@ func TestRacingHolders(t *testing.T) {
 func TestStoreLossIsLost(t *testing.T) {
 	t.Parallel()
 	var offset atomic.Int64
-	var ended sync.Map
-	svc := newService(t, lockservice.Config{Observe: func(e lockservice.Event) {
-		if e.Ended != "" {
-			ended.Store(e.Ended, true)
-		}
-	}}, &offset)
+	var ended ends
+	svc := newService(t, lockservice.Config{Observe: ended.observe}, &offset)
 	ctx := context.Background()
 	l, _, err := svc.Acquire(ctx, "alice", "r1", req("k", 3*time.Second, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	offset.Store(int64(time.Hour)) // the store's lease is over
-	waitFor(t, func() bool { return svc.Held() == 0 })
+	ended.changed.Until(t, "the lease to end", func() bool { return svc.Held() == 0 })
 	_, err = svc.Renew(ctx, "alice", l.ID)
 	var ee *lockservice.EndedError
 	if !errors.As(err, &ee) || ee.State != lockservice.StateLost {
 		t.Fatalf("renew after the store lost it: %v, want ended lost", err)
 	}
-	if _, ok := ended.Load(lockservice.StateLost); !ok {
+	if ended.count(lockservice.StateLost) == 0 {
 		t.Error("no lost event observed")
 	}
 	// A new holder gets it at once, with a larger fence.
@@ -154,13 +180,14 @@ func TestStoreLossIsLost(t *testing.T) {
 // server, and a renewal afterwards never revives it.
 func TestNoRenewalExpires(t *testing.T) {
 	t.Parallel()
-	svc := newService(t, lockservice.Config{}, nil)
+	var ended ends
+	svc := newService(t, lockservice.Config{Observe: ended.observe}, nil)
 	ctx := context.Background()
 	l, _, err := svc.Acquire(ctx, "alice", "r1", req("k", lockservice.MinTTL, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return svc.Held() == 0 })
+	ended.changed.Until(t, "the lease to expire", func() bool { return svc.Held() == 0 })
 	var ee *lockservice.EndedError
 	if _, err := svc.Renew(ctx, "alice", l.ID); !errors.As(err, &ee) || ee.State != lockservice.StateExpired {
 		t.Fatalf("late renewal: %v", err)
@@ -185,7 +212,7 @@ func TestRenewalKeepsItPastTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 8 { // 2 TTLs
-		time.Sleep(ttl / 4)
+		time.Sleep(ttl / 4) // time passes on purpose: the TTL is on the real clock
 		if _, err := svc.Renew(ctx, "alice", l.ID); err != nil {
 			t.Fatalf("renewal: %v", err)
 		}
@@ -210,7 +237,7 @@ func TestCloseEndsEverything(t *testing.T) {
 		_, _, err := svc.Acquire(ctx, "alice", "r2", req("k", 30*time.Second, time.Minute))
 		waited <- err
 	}()
-	waitFor(t, func() bool {
+	pollFor(t, "the second acquire to wait", func() bool {
 		info, _ := svc.Inspect(ctx, "alice", "jobs", "k", 0)
 		return info.Waiters == 1
 	})

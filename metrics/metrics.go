@@ -77,6 +77,7 @@ type Metrics struct {
 	lockWait       *prometheus.HistogramVec
 	lockHold       *prometheus.HistogramVec
 	faults         *prometheus.CounterVec
+	assetFaults    *prometheus.CounterVec
 }
 
 // New returns a registry with studio's instruments and the Go runtime and
@@ -121,17 +122,24 @@ func New() *Metrics {
 			"Time a lock was held, by lock.", "lock"),
 		faults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "database_faults_total",
-			Help: "Requests answered 503 or 507 for a fault of the database or its volume (or, kind asset_store, of the object store holding asset bytes), by kind: " + strings.Join(FaultKinds, ", ") + ".",
+			Help: "Requests answered 503 or 507 for a fault of the database or its volume, by kind: " + strings.Join(FaultKinds, ", ") + ".",
+		}, []string{"kind"}),
+		assetFaults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "asset_store_faults_total",
+			Help: "Requests answered 503 for a fault of the store of asset bytes, by kind: unavailable (down, refusing, throttling), corrupt (stored bytes that fail their SHA-256).",
 		}, []string{"kind"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.requests, m.requestSeconds, m.intents, m.planSeconds, m.commitSeconds,
-		m.attempts, m.leasesLost, m.lockWait, m.lockHold, m.faults,
+		m.attempts, m.leasesLost, m.lockWait, m.lockHold, m.faults, m.assetFaults,
 	)
 	for _, k := range FaultKinds {
 		m.faults.WithLabelValues(k)
+	}
+	for _, k := range AssetFaultKinds {
+		m.assetFaults.WithLabelValues(k)
 	}
 	for _, op := range []string{intent.OpGeneration} {
 		for _, o := range intentOutcomes {
@@ -212,7 +220,27 @@ func (m *Metrics) Attempt(outcome string) {
 
 // FaultKinds are the kind label values of studio_database_faults_total
 // (store.FaultKinds; this package imports no store).
-var FaultKinds = []string{"busy", "unreachable", "full", "read_only", "io", "asset_store"}
+var FaultKinds = []string{"busy", "unreachable", "full", "read_only", "io"}
+
+// AssetFaultKinds are the kind label values of
+// studio_asset_store_faults_total: the store cannot be reached or refuses
+// (store.FaultAssetStore), or bytes it holds fail their SHA-256.
+var AssetFaultKinds = []string{AssetUnavailable, AssetCorrupt}
+
+// The asset store's fault kinds.
+const (
+	AssetUnavailable = "unavailable"
+	AssetCorrupt     = "corrupt"
+)
+
+// AssetFault counts one request answered for a fault of the asset store
+// of kind (one of AssetFaultKinds; any other counts as "unavailable").
+func (m *Metrics) AssetFault(kind string) {
+	if !slices.Contains(AssetFaultKinds, kind) {
+		kind = AssetUnavailable
+	}
+	m.assetFaults.WithLabelValues(kind).Inc()
+}
 
 // Fault counts one request answered for a fault of the database of kind
 // (one of FaultKinds; any other counts as "io").

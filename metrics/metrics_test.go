@@ -140,7 +140,7 @@ func TestLockWaitsAndHolds(t *testing.T) {
 		l.Hold(ctx, "k", func(context.Context) error {
 			close(held)
 			<-release
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // a hold that lasts, on purpose: its observed length is checked
 			return nil
 		})
 	})

@@ -16,6 +16,7 @@
 // a fence that is no longer live. The item's channel may still have done
 // its work, and will do it again under the new lease, so every channel is
 // idempotent: the gallery writes each file to a fixed name (a temporary
-// file, then a rename over it), and the webhook sends the item id as the
+// file, then a rename over it) or, over a shared asset store, only checks
+// bytes the store holds already, and the webhook sends the item id as the
 // Idempotency-Key of every delivery, so a receiver can drop a duplicate.
 package publish

@@ -129,6 +129,28 @@ type Manifest struct {
 	Items         []ManifestEntry `json:"items"`
 }
 
+// NewManifest is the manifest of a publication with these items (every
+// one, in asset order, as ItemLister answers them).
+func NewManifest(publicationID string, items []store.PublicationItem) Manifest {
+	m := Manifest{PublicationID: publicationID, Items: make([]ManifestEntry, len(items))}
+	for i, it := range items {
+		m.Items[i] = ManifestEntry{ID: it.Asset.ID, ItemID: it.ID, File: FileName(it.Asset.ID, it.Asset.ContentType),
+			Prompt: it.Prompt, Collection: it.Collection, Frame: it.Frame, Generator: it.Generator, Candidate: it.Candidate,
+			SHA256: it.Asset.SHA256, ContentType: it.Asset.ContentType, Width: it.Asset.Width, Height: it.Asset.Height}
+	}
+	return m
+}
+
+// Encode answers manifest.json's bytes: indented, deterministic, ending in
+// a newline, so the same publication always makes the same bytes.
+func (m Manifest) Encode() ([]byte, error) {
+	body, err := json.Marshal(m, json.Deterministic(true), jsontext.WithIndent("  "))
+	if err != nil {
+		return nil, fmt.Errorf("gallery: encode manifest: %w", err)
+	}
+	return append(body, '\n'), nil
+}
+
 // writeManifest writes the publication's manifest unless the file holds
 // those bytes already.
 func (g *Gallery) writeManifest(ctx context.Context, dir, publicationID string) error {
@@ -136,17 +158,10 @@ func (g *Gallery) writeManifest(ctx context.Context, dir, publicationID string) 
 	if err != nil {
 		return fmt.Errorf("gallery: list items: %w", err)
 	}
-	m := Manifest{PublicationID: publicationID, Items: make([]ManifestEntry, len(items))}
-	for i, it := range items {
-		m.Items[i] = ManifestEntry{ID: it.Asset.ID, ItemID: it.ID, File: FileName(it.Asset.ID, it.Asset.ContentType),
-			Prompt: it.Prompt, Collection: it.Collection, Frame: it.Frame, Generator: it.Generator, Candidate: it.Candidate,
-			SHA256: it.Asset.SHA256, ContentType: it.Asset.ContentType, Width: it.Asset.Width, Height: it.Asset.Height}
-	}
-	body, err := json.Marshal(m, json.Deterministic(true), jsontext.WithIndent("  "))
+	body, err := NewManifest(publicationID, items).Encode()
 	if err != nil {
-		return fmt.Errorf("gallery: encode manifest: %w", err)
+		return err
 	}
-	body = append(body, '\n')
 	if old, err := os.ReadFile(filepath.Join(dir, ManifestName)); err == nil && bytes.Equal(old, body) {
 		return nil
 	}

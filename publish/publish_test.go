@@ -1,18 +1,21 @@
 package publish_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +23,7 @@ import (
 
 	"github.com/go-json-experiment/json"
 
+	"studio/blob"
 	"studio/intent"
 	"studio/leasequeue"
 	"studio/publish"
@@ -664,4 +668,88 @@ func TestNewChannelsRefuseBadConfig(t *testing.T) {
 	if _, err := publish.New(publish.Config{Store: e.st}); err == nil {
 		t.Error("a runner without channels was made")
 	}
+}
+
+// TestStoreGalleryWritesNothing: the gallery of a shared asset store
+// publishes every item (its bytes checked in the store) and writes no file;
+// an item whose bytes are missing or corrupt is not published; its
+// manifest is the one the files gallery writes, byte for byte.
+func TestStoreGalleryWritesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	batch, assets := e.batch("gen", 4)
+	before := listTree(t, e.dir)
+	g, err := publish.NewStoreGallery(e.blobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := e.publication("pub", batch, assets[:3], intent.ChannelGallery)
+	e.runner(publish.Config{Options: leasequeue.Options{Concurrency: 2}, Channels: map[string]publish.Channel{intent.ChannelGallery: g}})
+	p := e.wait(pub.Publication.ID, ended)
+	if p.State != intent.StateSucceeded || p.Counts.Succeeded != 3 {
+		t.Fatalf("publication %+v", p)
+	}
+	// Publishing again changes nothing.
+	for _, it := range e.items(p.ID) {
+		if err := g.Publish(context.Background(), store.ClaimedItem{PublicationItem: it}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := listTree(t, e.dir); !slices.Equal(before, after) {
+		t.Fatalf("the store gallery wrote files: %v, before %v", after, before)
+	}
+
+	// The same manifest as the files gallery's.
+	fg := e.gallery()
+	for _, it := range e.items(p.ID) {
+		if err := fg.Publish(context.Background(), store.ClaimedItem{PublicationItem: it}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onDisk, err := os.ReadFile(filepath.Join(fg.Dir(), p.ID, publish.ManifestName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, err := publish.NewManifest(p.ID, e.items(p.ID)).Encode()
+	if err != nil || !bytes.Equal(onDisk, served) {
+		t.Fatalf("manifests differ (%v):\n%s\n%s", err, onDisk, served)
+	}
+
+	// Bytes missing from the store: not published.
+	it := e.items(p.ID)[0]
+	missing := it
+	missing.Asset.SHA256 = strings.Repeat("ab", 32)
+	if err := g.Publish(context.Background(), store.ClaimedItem{PublicationItem: missing}); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("publish of missing bytes: %v, want blob.ErrNotFound", err)
+	}
+	// Bytes that fail their SHA-256: not published either.
+	path := e.blobs.Path(it.Asset.SHA256)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("not the image"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Publish(context.Background(), store.ClaimedItem{PublicationItem: it}); !errors.Is(err, blob.ErrCorrupt) {
+		t.Fatalf("publish of corrupt bytes: %v, want blob.ErrCorrupt", err)
+	}
+}
+
+// listTree lists every path under dir but the database's own files.
+func listTree(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(d.Name(), "studio.db") {
+			out = append(out, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

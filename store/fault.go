@@ -45,8 +45,10 @@ func (k FaultKind) Dependency() string {
 	return "database"
 }
 
-// FaultKinds lists every kind, in a fixed order (for metrics).
-var FaultKinds = []FaultKind{FaultBusy, FaultUnreachable, FaultFull, FaultReadOnly, FaultIO, FaultAssetStore}
+// FaultKinds lists every kind of fault of the database, in a fixed order:
+// the kind labels of studio_database_faults_total. FaultAssetStore is
+// counted apart, by studio_asset_store_faults_total.
+var FaultKinds = []FaultKind{FaultBusy, FaultUnreachable, FaultFull, FaultReadOnly, FaultIO}
 
 // Fault is a dependency fault: the kind, whether a write may have
 // committed all the same, and the error it was read from.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"studio/intent"
@@ -149,4 +150,103 @@ type Failure struct {
 	MaxAttempts int
 	// Backoff is how long the row waits before it is claimable again.
 	Backoff time.Duration
+}
+
+// What follows is the engine-independent part of the lease methods: every
+// backend checks their parameters, decides about expired leases and
+// answers its claims the same way.
+
+// Check refuses a claim without an owner, a limit of at least 1 or a ttl.
+func (p ClaimParams) Check() error {
+	if p.Owner == "" || p.Limit < 1 || p.TTL <= 0 {
+		return errors.New("need an owner, a limit >= 1 and a ttl > 0")
+	}
+	return nil
+}
+
+// Check refuses a renewal without an owner or a ttl.
+func (p RenewParams) Check() error {
+	if p.Owner == "" || p.TTL <= 0 {
+		return errors.New("need an owner and a ttl > 0")
+	}
+	return nil
+}
+
+// CheckCompletions refuses the completion of a task whose asset has no id,
+// sha256 or content type.
+func CheckCompletions(cs []Completion) error {
+	for _, c := range cs {
+		if c.Kind == KindTask && (c.Asset.ID == "" || c.Asset.SHA256 == "" || c.Asset.ContentType == "") {
+			return fmt.Errorf("task %s: the asset needs an id, a sha256 and a content type", c.ID)
+		}
+	}
+	return nil
+}
+
+// ExpiredEnd says what a claim does with a running row whose lease
+// expired, which made attempts tries (used of them count against
+// maxAttempts): it cancels it when its parent was asked to cancel
+// (StateCanceled), fails it with the error answered when it has no
+// attempts left (StateFailed), or else claims it again (StateRunning).
+func ExpiredEnd(cancelRequested bool, attempts, used, maxAttempts int) (intent.State, string) {
+	switch {
+	case cancelRequested:
+		return intent.StateCanceled, ""
+	case OutOfAttempts(used, maxAttempts):
+		return intent.StateFailed, fmt.Sprintf("attempt %d: the lease expired (the worker stopped or crashed); no attempts left", attempts)
+	default:
+		return intent.StateRunning, ""
+	}
+}
+
+// Claimed is a row an engine's claim took under a fresh lease, before its
+// kind's payload is read.
+type Claimed struct {
+	ID, Parent string
+	Fence      int64
+	// Attempt is the 1-based number of this try.
+	Attempt   int
+	ExpiresAt time.Time
+}
+
+// ClaimedIDs is the ids of cs, for the engine's read of their payload.
+func ClaimedIDs(cs []Claimed) []string {
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+	}
+	return ids
+}
+
+// ClaimedTasks answers claimed tasks in the order of cs, with their
+// leases; the engine fills in the rest of each (its row and its batch's
+// spec) through byID.
+func ClaimedTasks(cs []Claimed) (out []ClaimedTask, byID map[string]*ClaimedTask) {
+	out = make([]ClaimedTask, len(cs))
+	byID = make(map[string]*ClaimedTask, len(cs))
+	for i, c := range cs {
+		out[i] = ClaimedTask{Lease: Lease{Kind: KindTask, ID: c.ID, Fence: c.Fence},
+			BatchID: c.Parent, Attempt: c.Attempt, ExpiresAt: c.ExpiresAt}
+		byID[c.ID] = &out[i]
+	}
+	return out, byID
+}
+
+// ClaimedItems answers claimed items in the order of cs, each with its
+// row among items (as the engine read them).
+func ClaimedItems(cs []Claimed, items []PublicationItem) []ClaimedItem {
+	byID := make(map[string]PublicationItem, len(items))
+	for _, it := range items {
+		byID[it.ID] = it
+	}
+	out := make([]ClaimedItem, len(cs))
+	for i, c := range cs {
+		out[i] = ClaimedItem{
+			Lease:           Lease{Kind: KindItem, ID: c.ID, Fence: c.Fence},
+			PublicationItem: byID[c.ID],
+			Attempt:         c.Attempt,
+			ExpiresAt:       c.ExpiresAt,
+		}
+	}
+	return out
 }

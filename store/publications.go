@@ -30,6 +30,10 @@ type PublicationStore interface {
 	// with what a channel writes of it (the gallery's manifest). It is a
 	// worker's read: not scoped to an actor.
 	PublicationItems(ctx context.Context, publicationID string) ([]PublicationItem, error)
+	// PublicationItem answers the item of a publication that names an
+	// asset (ENotFound if none): what the gallery serves for one file. It
+	// is not scoped to an actor either.
+	PublicationItem(ctx context.Context, publicationID, assetID string) (PublicationItem, error)
 }
 
 // PublicationItem is one item of a publication with its asset and, for an

@@ -99,6 +99,37 @@ func (t Token) Live(now time.Time) bool {
 // Hour is t truncated to the hour: what a token's last use records.
 func Hour(t time.Time) time.Time { return t.UTC().Truncate(time.Hour) }
 
+// UseTokenAt is the rule of a token's use, t as an engine read it, at
+// now: a token that is not live is not found; a live one has its use
+// recorded to the hour (record writes it, asked only when the hour moved
+// on). The record is advisory: a fault of the database (FaultOf) does not
+// turn a live token away, and the next use records it.
+func UseTokenAt(t Token, now time.Time, record func(hour time.Time) error) (Token, error) {
+	if !t.Live(now) {
+		return Token{}, &intent.Error{Code: intent.ENotFound, Message: "Not found."}
+	}
+	if hour := Hour(now); t.LastUsedAt.Before(hour) {
+		if err := record(hour); err != nil {
+			if FaultOf(err) == nil {
+				return Token{}, fmt.Errorf("record token use: %w", err)
+			}
+		} else {
+			t.LastUsedAt = hour
+		}
+	}
+	return t, nil
+}
+
+// Wrap says what failed (what) on an engine's error, but answers an error
+// of the domain (an intent code other than internal: not found,
+// conflict) as it is.
+func Wrap(what string, err error) error {
+	if intent.ErrorCode(err) != intent.EInternal {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 // RetentionStore deletes what has ended. A binding lives as long as its
 // batch: once the batch is deleted, its request id is free, and the same
 // id makes a new batch.

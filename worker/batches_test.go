@@ -8,21 +8,24 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"studio/intent"
+	"studio/internal/testsignal"
 	"studio/leasequeue"
 	"studio/worker"
 )
 
 // lockedBuffer is a bytes.Buffer safe for a logger and a test at once.
+// Each write notifies written.
 type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	written testsignal.Changes
 }
 
 func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
+	defer l.written.Notify()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
@@ -56,13 +59,9 @@ func TestFinishedBatchIsLogged(t *testing.T) {
 	slow := e.batch(spec{frames: 1, prompt: "slow", params: `{"delay_ms":60000,"height":16,"width":16}`})
 	p := e.pool(worker.Config{Options: leasequeue.Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, Batches: e.st})
 	e.waitBatch("alice", done.ID, ended)
-	deadline := time.Now().Add(30 * time.Second)
-	for len(finished(logs.String(), done.ID)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no \"batch finished\" for %s in:\n%s", done.ID, logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	logs.written.Until(t, "\"batch finished\" for "+done.ID, func() bool {
+		return len(finished(logs.String(), done.ID)) > 0
+	})
 	if err := p.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,9 @@ type BreakerConfig struct {
 type Breakers struct {
 	cfg     BreakerConfig
 	probers map[string]generator.Prober
+	// probed, when set (by a test), is called when a half-open probe has
+	// ended and its answer is recorded.
+	probed func(id string)
 
 	mu sync.Mutex
 	st map[string]*breaker
@@ -69,6 +72,18 @@ type breaker struct {
 // NewBreakers makes a breaker for each generator of the registry that can
 // be probed (the remote ones).
 func NewBreakers(reg *generator.Registry, cfg BreakerConfig) *Breakers {
+	probers := map[string]generator.Prober{}
+	for _, id := range reg.IDs() {
+		g, _ := reg.Get(id)
+		if p, ok := g.(generator.Prober); ok {
+			probers[id] = p
+		}
+	}
+	return newBreakers(probers, cfg)
+}
+
+// newBreakers makes a breaker for each of probers.
+func newBreakers(probers map[string]generator.Prober, cfg BreakerConfig) *Breakers {
 	if cfg.Threshold <= 0 {
 		cfg.Threshold = DefaultBreakerThreshold
 	}
@@ -84,13 +99,9 @@ func NewBreakers(reg *generator.Registry, cfg BreakerConfig) *Breakers {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	b := &Breakers{cfg: cfg, probers: map[string]generator.Prober{}, st: map[string]*breaker{}}
-	for _, id := range reg.IDs() {
-		g, _ := reg.Get(id)
-		if p, ok := g.(generator.Prober); ok {
-			b.probers[id] = p
-			b.st[id] = &breaker{since: cfg.Now()}
-		}
+	b := &Breakers{cfg: cfg, probers: probers, st: map[string]*breaker{}}
+	for id := range probers {
+		b.st[id] = &breaker{since: cfg.Now()}
 	}
 	return b
 }
@@ -199,6 +210,9 @@ func (b *Breakers) Skip() []string {
 // probe is the half-open probe of an open breaker.
 func (b *Breakers) probe(id string) {
 	err := b.probers[id].Probe(context.Background())
+	if b.probed != nil {
+		defer b.probed(id)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.st[id]

@@ -2,6 +2,12 @@
 // through the generator's steps, stores the image, and records the result
 // under the lease's fence.
 //
+// A Pool is a leasequeue.Runner of tasks. Each claim of a task makes an
+// attempt (one try at it: its lease, its generator job, the step it got
+// to); an executor carries the attempt through its steps and the write
+// that ends it (complete, fail, hand back). A Limiter holds one of its
+// generator's slots while the steps run.
+//
 // # A task's life
 //
 //	             claim: fence+1, attempts+1, lease = owner + expiry

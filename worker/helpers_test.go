@@ -16,6 +16,7 @@ import (
 	"studio/blob"
 	"studio/generator"
 	"studio/intent"
+	"studio/internal/testsignal"
 	"studio/store"
 	"studio/store/sqlite"
 	"studio/worker"
@@ -188,23 +189,33 @@ func mustID(t testing.TB) string {
 	return id
 }
 
-// waitBatch polls the batch until ok says so, with a deadline.
+// waitBatch waits until ok says so of the batch, reading it again at
+// each change the store's hub tells of (this process's commits at once,
+// other stores' on the file within the store's watch interval).
 func (e *env) waitBatch(actor, id string, ok func(intent.Batch) bool) intent.Batch {
 	e.t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		b, err := e.st.GetBatch(context.Background(), actor, id)
+	var b intent.Batch
+	defer func() {
+		if e.t.Failed() {
+			e.t.Logf("batch %s last seen: %+v", id, b)
+		}
+	}()
+	e.until(id, "batch "+id+" to get there", func() bool {
+		var err error
+		b, err = e.st.GetBatch(context.Background(), actor, id)
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if ok(b) {
-			return b
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("batch %s never got there: %+v", id, b)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ok(b)
+	})
+	return b
+}
+
+// until waits until cond holds, checking it again at each change of the
+// batch the store's hub tells of.
+func (e *env) until(batchID, what string, cond func() bool) {
+	e.t.Helper()
+	testsignal.Until(e.t, what, func() (<-chan struct{}, func()) { return e.st.Wake().Watch(batchID) }, cond)
 }
 
 func ended(b intent.Batch) bool { return b.Counts.Ended() == b.TaskCount }

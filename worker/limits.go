@@ -9,9 +9,9 @@ import (
 // Limiter bounds how many tasks of one generator run at once (the
 // catalog's max_concurrency).
 type Limiter interface {
-	// Run runs fn holding one of the generator's slots, waiting for one
+	// Hold calls fn holding one of the generator's slots, waiting for one
 	// while ctx lives. fn's context ends if the slot is lost.
-	Run(ctx context.Context, generatorID string, fn func(ctx context.Context) error) error
+	Hold(ctx context.Context, generatorID string, fn func(ctx context.Context) error) error
 }
 
 // Semaphores is a Limiter on the locks engine's semaphores: a generator
@@ -33,7 +33,8 @@ type semaphores map[string]*locks.Semaphore
 // SemaphoreKey is the semaphore key of a generator's slots.
 func SemaphoreKey(generatorID string) string { return "generator/" + generatorID }
 
-func (s semaphores) Run(ctx context.Context, id string, fn func(ctx context.Context) error) error {
+// Hold holds one of the generator's semaphore slots while fn runs.
+func (s semaphores) Hold(ctx context.Context, id string, fn func(ctx context.Context) error) error {
 	sem, ok := s[id]
 	if !ok {
 		return fn(ctx)

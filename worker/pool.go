@@ -147,7 +147,7 @@ func (c *Config) withDefaults() (Config, error) {
 // started again. The claiming, renewing and stopping are a
 // leasequeue.Runner's; the pool is its task handler.
 type Pool struct {
-	runner *leasequeue.Runner[*taskRun]
+	runner *leasequeue.Runner[*attempt]
 }
 
 // tasks is the pool's handler of the lease runner: what a task is and how
@@ -217,4 +217,31 @@ func (p *Pool) Stats() leasequeue.Stats { return p.runner.Stats() }
 func (p *Pool) Stop(ctx context.Context) error {
 	p.runner.Stop(ctx)
 	return nil
+}
+
+// sweepLoop removes unnamed blobs now and then.
+func (h *tasks) sweepLoop(ctx context.Context) {
+	first := min(time.Minute, h.cfg.SweepEvery)
+	t := time.NewTimer(first)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := h.cfg.Blobs.Sweep(ctx, sweepParams(h.cfg))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			h.cfg.Logger.Warn("blob sweep failed", "err", err)
+		case err == nil && (res.Removed > 0 || res.Leftovers > 0 || res.Purged > 0):
+			h.cfg.Logger.Info("blob sweep", "removed", res.Removed, "kept", res.Kept, "leftovers", res.Leftovers, "purged", res.Purged)
+		}
+		t.Reset(h.cfg.SweepEvery)
+	}
+}
+
+// sweepParams are the sweep's settings: blobs named by an asset are kept.
+func sweepParams(cfg Config) blob.SweepParams {
+	return blob.SweepParams{OlderThan: cfg.SweepAge, InUse: cfg.Store.BlobInUse}
 }

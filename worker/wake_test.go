@@ -3,12 +3,15 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"studio/generator"
 	"studio/intent"
+	"studio/internal/testsignal"
 	"studio/leasequeue"
+	"studio/store"
 	"studio/worker"
 )
 
@@ -36,6 +39,23 @@ func (b *blocking) Fetch(context.Context, string) (generator.Image, error) {
 	return generator.Image{}, errors.New("never fetched")
 }
 
+// claimSignal is a store that counts the claims that found nothing and
+// tells of each.
+type claimSignal struct {
+	store.TaskStore
+	empty   atomic.Int32
+	claimed testsignal.Changes
+}
+
+func (s *claimSignal) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.ClaimedTask, error) {
+	defer s.claimed.Notify()
+	cs, err := s.TaskStore.ClaimTasks(ctx, p)
+	if err == nil && len(cs) == 0 {
+		s.empty.Add(1)
+	}
+	return cs, err
+}
+
 // TestWakeStartsAndCancels: a pool that polls once an hour and renews its
 // leases every twenty minutes starts a new batch's task as soon as it is
 // committed, and a cancel of the batch ends the running generator call's
@@ -45,13 +65,12 @@ func TestWakeStartsAndCancels(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	g := &blocking{submitted: make(chan string, 1), ended: make(chan error, 1)}
-	p := e.pool(worker.Config{Generators: gens{"sketch": g},
+	claims := &claimSignal{TaskStore: e.st}
+	e.pool(worker.Config{Generators: gens{"sketch": g}, Store: claims,
 		Options: leasequeue.Options{Wake: e.st.Wake(), PollMin: time.Hour, PollMax: time.Hour, LeaseTTL: time.Hour}})
 	// Wait for the pool's first claim, which finds nothing: from then on,
 	// only a wake-up makes it claim within the hour.
-	for p.Stats().Empty == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	claims.claimed.Until(t, "the pool's first claim", func() bool { return claims.empty.Load() > 0 })
 	nb := e.batch(spec{frames: 1})
 	if key := <-g.submitted; key != nb.Tasks[0].ID {
 		t.Fatalf("submitted %s, want the new task %s", key, nb.Tasks[0].ID)

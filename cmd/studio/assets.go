@@ -36,11 +36,12 @@ func runAssets(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs, applyEnv := newFlagSet(cmdAssets, &cfg, stderr)
 	to := fs.String("to", "", "the object store to copy to: s3://BUCKET/PREFIX?endpoint=...&region=... (required)")
 	jobs := fs.Int("jobs", 4, "objects copied at once")
+	asJSON := jsonFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), assetsUsage+"\n")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args[1:], applyEnv); err != nil {
+	if err := parseConfig(fs, args[1:], applyEnv, &cfg); err != nil {
 		return err
 	}
 	if !s3blob.IsURL(*to) || *jobs < 1 {
@@ -48,7 +49,7 @@ func runAssets(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return errUsage
 	}
 	if *to == cfg.Assets {
-		return errors.New("--to names the store the assets are in already")
+		return usageErr("--to names the store the assets are in already")
 	}
 	if err := makeDataDir(cfg.Data); err != nil {
 		return err
@@ -71,7 +72,11 @@ func runAssets(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	res, err := copyBlobs(ctx, walker, src, dst, *jobs, stderr)
-	fmt.Fprintf(stdout, "%d copied, %d already there, %d failed\n", res.copied.Load(), res.present.Load(), res.failed.Load())
+	if *asJSON {
+		printJSON(stdout, map[string]int64{"copied": res.copied.Load(), "already_there": res.present.Load(), "failed": res.failed.Load()})
+	} else {
+		fmt.Fprintf(stdout, "%d copied, %d already there, %d failed\n", res.copied.Load(), res.present.Load(), res.failed.Load())
+	}
 	if err != nil {
 		return err
 	}

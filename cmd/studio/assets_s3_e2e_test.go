@@ -249,8 +249,26 @@ func TestAssetsInObjectStore(t *testing.T) {
 			if resp.StatusCode != http.StatusServiceUnavailable || bytes.Contains(body, other[:16]) || !strings.Contains(string(body), "SHA-256") {
 				t.Fatalf("tampered object: %d %s", resp.StatusCode, body)
 			}
+			if m := scrape(t, api.Addr); !strings.Contains(m, `studio_asset_store_faults_total{kind="corrupt"} 1`) {
+				t.Fatalf("the tampered object is not counted:\n%s", grepLines(m, "faults_total"))
+			}
 		})
 	}
+}
+
+// scrape answers the text of a process's /metrics.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
+	}
+	return string(b)
 }
 
 func blobSHA(b []byte) string {
@@ -392,6 +410,11 @@ func TestObjectStoreDown(t *testing.T) {
 	if resp, err := c.upload(context.Background(), "image/png", bytes.NewReader(pngImage(t, 8, 8, 1)), &ua); err != nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("upload while down: %v, %v", resp, err)
 	}
+	// Counted as the asset store's faults, not the database's.
+	if m := scrape(t, api.Addr); !strings.Contains(m, `studio_asset_store_faults_total{kind="unavailable"} 2`) ||
+		strings.Contains(m, `studio_database_faults_total{kind="asset_store"}`) || strings.Contains(m, `studio_database_faults_total{kind="unreachable"} 1`) {
+		t.Fatalf("the outage's faults are not counted as the asset store's:\n%s", grepLines(m, "faults_total"))
+	}
 	b = f.generate(c, workGeneration("during", 1, 2, []string{"sketch"}, nil))
 	pollFor(t, time.Minute, "both tasks waiting for the store", func() bool {
 		return strings.Count(api.logs.String(), "asset store unavailable: the task waits for it") >= 2
@@ -428,7 +451,8 @@ func TestObjectStoreDown(t *testing.T) {
 
 // `studio bench --ops assets_drain_1` runs worker processes on
 // PostgreSQL with the bytes in the object store and in the blobs table,
-// and reports both rates and the WAL each task wrote.
+// and reports both rates and the WAL each task wrote; it leaves none of
+// the worker processes' data directories behind.
 func TestBenchAssetsDrain(t *testing.T) {
 	bk := newBucket(t)
 	url, _ := pgtest.Schema(t)
@@ -440,9 +464,13 @@ func TestBenchAssetsDrain(t *testing.T) {
 		t.Setenv(k, v)
 	}
 	var stdout, stderr bytes.Buffer
-	args := []string{"bench", "--data", t.TempDir(), "--database", url, "--assets", bk.url(""), "--json", "--n", "1", "--tasks", "8", "--ops", "assets"}
+	data := t.TempDir()
+	args := []string{"bench", "--data", data, "--database", url, "--assets", bk.url(""), "--json", "--n", "1", "--tasks", "100", "--ops", "assets"}
 	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	if left, _ := filepath.Glob(filepath.Join(data, "*")); len(left) != 0 {
+		t.Fatalf("the bench left %v in its --data", left)
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	if len(lines) != 2 {
@@ -456,11 +484,15 @@ func TestBenchAssetsDrain(t *testing.T) {
 			FloorPerS *float64 `json:"floor_per_s"`
 			WAL       *float64 `json:"wal_bytes_per_task"`
 			FloorWAL  *float64 `json:"floor_wal_bytes_per_task"`
+			CPU       *float64 `json:"worker_cpu_per_task_us"`
+			FloorCPU  *float64 `json:"floor_worker_cpu_per_task_us"`
 		}
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatal(err)
 		}
-		if r.N != 8 || r.PerS <= 0 || r.FloorPerS == nil || *r.FloorPerS <= 0 || r.WAL == nil || r.FloorWAL == nil {
+		t.Log(line)
+		if r.N != 100 || r.PerS <= 0 || r.FloorPerS == nil || *r.FloorPerS <= 0 || r.WAL == nil || r.FloorWAL == nil ||
+			r.CPU == nil || *r.CPU <= 0 || r.FloorCPU == nil || *r.FloorCPU <= 0 {
 			t.Fatalf("result %s", line)
 		}
 		// The blobs table writes each 256 KiB image to the WAL; the
@@ -469,9 +501,10 @@ func TestBenchAssetsDrain(t *testing.T) {
 			t.Fatalf("%s: WAL per task %.0f with the object store, %.0f with the blobs table", r.Op, *r.WAL, *r.FloorWAL)
 		}
 	}
-	// 8 images per side and round in the bucket, none left in the table.
-	if n := len(bk.keys("sha256")); n != 16 {
-		t.Fatalf("bucket holds %d images, want 16", n)
+	// 100 images per operation in the bucket (the blobs table side puts
+	// none there).
+	if n := len(bk.keys("sha256")); n != 200 {
+		t.Fatalf("bucket holds %d images, want 200", n)
 	}
 }
 

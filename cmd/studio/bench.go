@@ -46,11 +46,15 @@ run, alternating. Runs on a temporary data directory unless --data or
 `)
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args, applyEnv); err != nil {
+	if err := parseConfig(fs, args, applyEnv, &cfg); err != nil {
 		return err
 	}
 	if *listOps {
 		for _, op := range bench.Ops() {
+			if *asJSON {
+				printJSON(stdout, map[string]string{"name": op.Name, "what": op.What})
+				continue
+			}
 			fmt.Fprintf(stdout, "%-20s %s\n", op.Name, op.What)
 		}
 		return nil
@@ -167,7 +171,7 @@ func benchConfig(cfg Config, e *engine, redisURL string) (bench.Config, func()) 
 		ServeShared: func(ctx context.Context) (string, func() error, error) { return benchServe(ctx, cfg, e) },
 		Wake:        e.wake,
 		Assets:      cfg.Assets,
-		Workers: func(ctx context.Context, n int, assets string) (func() error, error) {
+		Workers: func(ctx context.Context, n int, assets string) (func() (time.Duration, error), error) {
 			return startBenchWorkers(ctx, cfg, n, assets)
 		},
 		WALPosition: e.walPosition,
@@ -180,9 +184,12 @@ var benchWorkerBinary = os.Executable
 
 // startBenchWorkers starts n `studio worker` processes on cfg's database,
 // 4 tasks at once each, with STUDIO_ASSETS=assets, and waits until each
-// has started its workers. The function it answers stops them (SIGTERM)
-// and waits for their exit.
-func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (func() error, error) {
+// has started its workers. Each process gets a --data directory of its own
+// under cfg.Data. The function it answers stops them (SIGTERM), waits for
+// their exit, removes their directories and the catalog it wrote, and
+// answers the CPU time (user and system) the processes used; a failure to
+// start one stops and removes the others too.
+func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (func() (time.Duration, error), error) {
 	bin, err := benchWorkerBinary()
 	if err != nil {
 		return nil, err
@@ -194,8 +201,10 @@ func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (f
 		return nil, err
 	}
 	var cmds []*exec.Cmd
-	stop := func() error {
+	dirs := []string{catalog}
+	stop := func() (time.Duration, error) {
 		var errs []error
+		var cpu time.Duration
 		for _, c := range cmds {
 			c.Process.Signal(syscall.SIGTERM)
 		}
@@ -203,8 +212,16 @@ func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (f
 			if err := c.Wait(); err != nil {
 				errs = append(errs, err)
 			}
+			if ps := c.ProcessState; ps != nil {
+				cpu += ps.UserTime() + ps.SystemTime()
+			}
 		}
-		return errors.Join(errs...)
+		for _, d := range dirs {
+			if err := os.RemoveAll(d); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return cpu, errors.Join(errs...)
 	}
 	for range n {
 		dir, err := os.MkdirTemp(cfg.Data, "worker-")
@@ -212,6 +229,7 @@ func startBenchWorkers(ctx context.Context, cfg Config, n int, assets string) (f
 			stop()
 			return nil, err
 		}
+		dirs = append(dirs, dir)
 		c := exec.CommandContext(ctx, bin, "worker", "--database", cfg.Database, "--data", dir, "--concurrency", "4", "--catalog", catalog)
 		c.Env = append(os.Environ(), "STUDIO_ASSETS="+assets, "STUDIO_LOG_LEVEL=info")
 		logs, err := c.StderrPipe()

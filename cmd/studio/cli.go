@@ -47,11 +47,9 @@ The caller's commands (they talk to a running server):
 
   They read --server (STUDIO_SERVER, default http://127.0.0.1:7070; a bare
   HOST:PORT means http://) and --token (STUDIO_TOKEN, default the token file
-  of --data); --json prints what they print as JSON. Exit codes: 0 all
-  tasks succeeded (or the command did what it says), 1 some tasks failed or
-  were canceled (status, wait, download; or a local failure, such as an
-  unwritable DIR), 2 a usage or input error (with the server's problem
-  detail), 3 the server was unreachable after the retries.`
+  of --data). A batch's progress reads the same everywhere: the tasks ended
+  (whichever way) out of all, with how they ended beside:
+  "7/12 ended (5 succeeded, 1 failed, 1 canceled)".`
 
 // clientFlags are the flags every caller's command takes.
 type clientFlags struct {
@@ -71,11 +69,11 @@ func newClientFlagSet(cmd string, stderr io.Writer, f *clientFlags, summary stri
 	fs.StringVar(&f.token, "token", os.Getenv("STUDIO_TOKEN"), "the API token (env STUDIO_TOKEN); default: the token file of --data")
 	fs.StringVar(&f.data, "data", envOr("STUDIO_DATA", "./studio-data"), "the data directory whose token file is read when no token is given (env STUDIO_DATA)")
 	fs.IntVar(&f.retries, "retries", envInt("STUDIO_RETRIES", apiclient.DefaultRetry.Attempts), "tries of each call before giving up: connection errors, timeouts, 5xx and 429 are retried with backoff (env STUDIO_RETRIES)")
-	fs.BoolVar(&f.json, "json", false, "print the result as JSON on stdout")
+	fs.BoolVar(&f.json, "json", false, "print the result as JSON on stdout (one object per line)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "%s\n\nFlags:\n", summary)
 		fs.PrintDefaults()
-		fmt.Fprint(stderr, "\nExit codes: 0 success (every task succeeded), 1 tasks failed or were canceled (or a local failure),\n2 usage or input error, 3 server unreachable after the retries.\n")
+		fmt.Fprint(stderr, exitCodesHelp)
 	}
 	return fs
 }
@@ -256,6 +254,9 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		if err := c.DeleteBatch(ctx, ids[0]); err != nil {
 			return err
 		}
+		if f.json {
+			return printJSON(stdout, map[string]any{"id": ids[0], "deleted": true})
+		}
 		fmt.Fprintf(stdout, "deleted %s\n", ids[0])
 		return nil
 	case "download":
@@ -309,7 +310,7 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 	case "ls":
 		var limit int
 		var all bool
-		fs := newClientFlagSet(cmd, stderr, &f, "usage: studio ls [flags]\n\nLists your batches, newest first: id, state, tasks done/total, created, prompt.")
+		fs := newClientFlagSet(cmd, stderr, &f, "usage: studio ls [flags]\n\nLists your batches, newest first: id, state, tasks ended out of all (and how:\nsucceeded, failed, canceled), created, prompt.")
 		fs.IntVar(&limit, "limit", 20, "how many batches (1..500)")
 		fs.BoolVar(&all, "all", false, "every batch, page after page")
 		if _, err := parseClientArgs(fs, args); err != nil {
@@ -489,9 +490,17 @@ func printBatch(w io.Writer, b *apiclient.Batch, asJSON bool) {
 		fmt.Fprintln(w, string(out))
 		return
 	}
+	fmt.Fprintf(w, "%s  %-9s  %s, %d queued, %d running\n", b.ID, b.State, progressText(*b), b.Counts.Queued, b.Counts.Running)
+}
+
+// progressText is how every printer (status, ls, wait and its bar) says
+// how far a batch has come, with one meaning, the web studio's: the tasks
+// that have ended, whichever way, out of all, and how they ended beside:
+//
+//	7/12 ended (5 succeeded, 1 failed, 1 canceled)
+func progressText(b apiclient.Batch) string {
 	c := b.Counts
-	fmt.Fprintf(w, "%s  %-9s  %d/%d done  (%d queued, %d running, %d succeeded, %d failed, %d canceled)\n",
-		b.ID, b.State, c.Ended(), b.TaskCount, c.Queued, c.Running, c.Succeeded, c.Failed, c.Canceled)
+	return fmt.Sprintf("%d/%d ended (%d succeeded, %d failed, %d canceled)", c.Ended(), b.TaskCount, c.Succeeded, c.Failed, c.Canceled)
 }
 
 // printFailureReasons prints, after a batch's line, why its failed tasks
@@ -548,6 +557,7 @@ func list(ctx context.Context, c *apiclient.Client, limit int, all, asJSON bool,
 		if err != nil {
 			return err
 		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		for _, b := range p.Items {
 			if asJSON {
 				out, _ := json.Marshal(b)
@@ -558,9 +568,9 @@ func list(ctx context.Context, c *apiclient.Client, limit int, all, asJSON bool,
 			if r := []rune(prompt); len(r) > 40 {
 				prompt = string(r[:39]) + "…"
 			}
-			fmt.Fprintf(stdout, "%s  %-9s  %4d/%-4d  %s  %s\n", b.ID, b.State, b.Counts.Ended(), b.TaskCount,
-				b.CreatedAt.Local().Format("2006-01-02 15:04"), prompt)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.ID, b.State, progressText(b), b.CreatedAt.Local().Format("2006-01-02 15:04"), prompt)
 		}
+		tw.Flush()
 		if !all || p.NextCursor == "" {
 			return nil
 		}
@@ -618,18 +628,22 @@ func newWaitProgress(w io.Writer, terminal bool) *waitProgress {
 	return &waitProgress{w: w, terminal: terminal, start: time.Now(), started: -1, errTasks: map[string]map[string]bool{}}
 }
 
-// errorKey is a task error with what differs from task to task taken out
-// ("attempt N: ", ids), so that one cause reads as one error.
+// errorKey is a task error with what differs from task to task and try
+// to try taken out ("attempt N: ", ids, an attempt's number inside the
+// text), so that one cause reads as one error.
 func errorKey(msg string) string {
 	if rest, ok := strings.CutPrefix(msg, "attempt "); ok {
 		if _, after, ok := strings.Cut(rest, ": "); ok {
 			msg = after
 		}
 	}
-	return uuidRE.ReplaceAllString(msg, "<id>")
+	return attemptRE.ReplaceAllString(uuidRE.ReplaceAllString(msg, "<id>"), "attempt N")
 }
 
-var uuidRE = regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`)
+var (
+	uuidRE    = regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`)
+	attemptRE = regexp.MustCompile(`\battempt \d+\b`)
+)
 
 // seeError counts a task's error; it answers whether the error is new.
 func (p *waitProgress) seeError(taskID, msg string) bool {
@@ -695,7 +709,7 @@ func (p *waitProgress) update(ev apiclient.Progress) {
 // summary is the counts, the rate and the time left.
 func (p *waitProgress) summary(b apiclient.Batch) string {
 	c := b.Counts
-	s := fmt.Sprintf("%s %d/%d done, %d failed, %d canceled", b.State, c.Succeeded, b.TaskCount, c.Failed, c.Canceled)
+	s := b.State + " " + progressText(b)
 	if elapsed := time.Since(p.start).Seconds(); elapsed > 0.5 && p.started >= 0 {
 		rate := float64(c.Ended()-p.started) / elapsed
 		s += fmt.Sprintf(", %.1f/s", rate)
@@ -830,7 +844,7 @@ func readJournal(path string) (string, error) {
 	}
 	var e journalEntry
 	if err := json.Unmarshal(bytes.TrimSpace(b), &e); err != nil || e.RequestID == "" {
-		return "", fmt.Errorf("journal entry %s is damaged (remove it, or use --new): %v", path, err)
+		return "", fmt.Errorf("entry %s is damaged: it does not hold a request id (remove it, or use --new)", path)
 	}
 	return e.RequestID, nil
 }

@@ -19,6 +19,8 @@ func TestWaitPrintsEachErrorOnce(t *testing.T) {
 		{"t2", `attempt 1: submit: generator "comfy": prompt 01920000-0000-7000-8000-000000000002 failed: out of memory`},
 		{"t3", `attempt 1: submit: generator "comfy": prompt 01920000-0000-7000-8000-000000000003 failed: out of memory`},
 		{"t4", `attempt 1: fetch: generator "gpt": image download: the image is not PNG, JPEG or WebP (12 bytes)`},
+		{"t5", `attempt 2: submit: task 01920000-0000-7000-8000-000000000005: simulated failure (attempt 2 of the first 10)`},
+		{"t6", `attempt 3: submit: task 01920000-0000-7000-8000-000000000006: simulated failure (attempt 3 of the first 10)`},
 	}
 	for _, terminal := range []bool{false, true} {
 		var out bytes.Buffer
@@ -36,6 +38,7 @@ func TestWaitPrintsEachErrorOnce(t *testing.T) {
 		for _, want := range []string{
 			`  3 x submit: generator "comfy": prompt <id> failed: out of memory`,
 			`  1 x fetch: generator "gpt": image download: the image is not PNG, JPEG or WebP (12 bytes)`,
+			`  2 x submit: task <id>: simulated failure (attempt N of the first 10)`,
 		} {
 			if !strings.Contains(got, want) {
 				t.Errorf("terminal %v: the summary lacks %q:\n%s", terminal, want, got)

@@ -499,7 +499,7 @@ func TestCallerCommands(t *testing.T) {
 	if code != exitOK || json.Unmarshal([]byte(out), &b) != nil || b.State != apiclient.StateSucceeded || b.Counts.Succeeded != 4 {
 		t.Fatalf("submit --wait --json: exit %d, %q, %s", code, out, errs)
 	}
-	if !strings.Contains(errs, "succeeded 4/4 done") {
+	if !strings.Contains(errs, "succeeded 4/4 ended (4 succeeded, 0 failed, 0 canceled)") {
 		t.Fatalf("no progress lines: %s", errs)
 	}
 	if code, out, _ := cli("", "status", b.ID); code != exitOK || !strings.HasPrefix(out, b.ID+"  succeeded") {
@@ -572,7 +572,7 @@ func TestCallerCommands(t *testing.T) {
 	}
 
 	bad := `{"prompt": "", "sets": []}`
-	if code, _, errs := cli(bad, "submit", "-", "--journal", journal); code != exitUsage || !strings.Contains(errs, "prompt must not be empty") {
+	if code, _, errs := cli(bad, "submit", "-", "--journal", journal); code != exitUsage || !strings.Contains(errs, "The request body is invalid.\n  prompt: must not be empty\n") {
 		t.Fatalf("bad input: exit %d, %s", code, errs)
 	}
 	if code, _, _ := cli("not json", "submit", "-", "--journal", journal); code != exitUsage {

@@ -117,7 +117,7 @@ type flagDef struct {
 // parses each of its flags and their variables.
 var flags = []flagDef{
 	{"data", "STUDIO_DATA", everyCommand, func(c *Config) any { return &c.Data },
-		"data directory: holds studio.db, assets/, uploads/ (bodies being checked), gallery/ (published images) and token"},
+		"data directory: holds studio.db, assets/, uploads/ (bodies being checked), gallery/ (published images, with the files store) and token"},
 	{"addr", "STUDIO_ADDR", cmdServe, func(c *Config) any { return &c.Addr },
 		"HTTP listen address, HOST:PORT; port 0 picks a free one"},
 	{"workers", "STUDIO_WORKERS", cmdServe, func(c *Config) any { return &c.Workers },
@@ -217,6 +217,12 @@ func (c *Config) validate() error {
 	if c.Data == "" && c.Database == "" {
 		errs = append(errs, errors.New("--data must not be empty"))
 	}
+	return errors.Join(append(errs, c.validateValues()...)...)
+}
+
+// validateValues checks each value is one its flag takes.
+func (c *Config) validateValues() []error {
+	var errs []error
 	if c.Workers < 0 {
 		errs = append(errs, errors.New("--workers must be 0 or more"))
 	}
@@ -246,8 +252,7 @@ func (c *Config) validate() error {
 	if c.AssetsRedirect < 0 || (c.AssetsRedirect > 0 && c.Assets == "") {
 		errs = append(errs, errors.New("--assets-redirect needs --assets s3://... and a positive duration"))
 	}
-	errs = append(errs, c.validateFlags()...)
-	return errors.Join(errs...)
+	return append(errs, c.validateFlags()...)
 }
 
 // isRedisURL says whether a --lock-store names a Redis.

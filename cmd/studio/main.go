@@ -20,6 +20,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -44,14 +45,25 @@ Usage:
   studio bench    [flags]               measure this machine: each operation beside its floor
   studio assets copy --to s3://...      copy every asset's bytes to object storage (resumable, verified)
   studio help                           this text
-  studio --version                      the version, from the build
+  studio --version [--json]             the version, from the build
 ` + clientUsage + `
 
-Every flag of serve, worker, migrate, token and bench has an environment
-variable, and so do the caller's commands' --server, --token, --data,
---retries and --journal (all shown in "studio COMMAND -h"); a flag on the
-command line wins over the variable.
+--json: every command that prints a result prints it as JSON on stdout
+instead, one object per line: submit, status, wait, cancel and download (the
+batch), tasks (its tasks), ls (the batches), delete, token create, list and
+revoke, migrate, prune, vacuum, backup, assets copy, bench (and bench
+--list) and --version. serve and worker print no result.
 
+Environment: every setting has a variable, shown as "(env VAR)" in
+"studio COMMAND -h" (every flag of serve and worker, the database and data
+settings of the other commands, the caller's --server, --token, --data,
+--retries and --journal); VAR is read when the flag is not on the command
+line. Only the flags that say what one run does have none: --json;
+token's --actor, --name and --expires; prune's --older-than, --dry-run and
+--sweep-age; assets copy's --to and --jobs; bench's --ops, --n, --tasks,
+--list, --cpuprofile and --redis; submit's --wait, --download and --new;
+wait's --download; tasks' --state; ls' --limit and --all.
+` + exitCodesHelp + `
 With no flags, "studio serve" keeps everything in ./studio-data (SQLite,
 assets, and on first start a token for the actor "local", printed once and
 written to ./studio-data/token), listens on 127.0.0.1:7070 and runs 4
@@ -96,24 +108,61 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, version())
-		return 0
+		return runVersion(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "studio: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
+	var ce *cliError
 	switch {
 	case err == nil:
-		return 0
+		return exitOK
 	case errors.Is(err, flag.ErrHelp):
-		return 0
+		return exitOK
 	case errors.Is(err, errUsage):
-		return 2
+		return exitUsage
+	case errors.As(err, &ce):
+		if ce.err != nil {
+			fmt.Fprintf(stderr, "studio %s: %v\n", args[0], err)
+		}
+		return ce.code
 	default:
 		fmt.Fprintf(stderr, "studio %s: %v\n", args[0], err)
-		return 1
+		return exitTasksFailed
 	}
 }
+
+// jsonFlag declares --json: print the command's result as JSON on stdout
+// (one object per line). Like the other flags that say what one run does,
+// it has no environment variable.
+func jsonFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("json", false, "print the result as JSON on stdout (one object per line)")
+}
+
+// printJSON writes v as one line of JSON.
+func printJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+// exitCodesHelp is what every command answers, as help and the callers'
+// -h say it; TestCLIExitCodes holds every command to it.
+const exitCodesHelp = `
+Exit codes, of every command:
+  0  it did what it says (for a batch: every task succeeded); -h and help too
+  1  a failure: the batch ended with failed or canceled tasks (status, wait,
+     submit --wait, download), or something here failed (the database, a
+     file, a directory that cannot be written)
+  2  a usage or input error: an unknown command or flag, a missing, extra or
+     bad argument or value (an environment variable's too), an input file
+     that is not a valid request, or a 4xx answer (its problem printed)
+  3  no usable answer from the server after the retries (the caller's
+     commands: unreachable, or 5xx/429 every time)
+`
 
 // errUsage reports a command line that could not be parsed; the flag package
 // has already printed why.
@@ -130,7 +179,23 @@ func parse(fs *flag.FlagSet, args []string, applyEnv func() error) error {
 		fmt.Fprintf(fs.Output(), "unexpected arguments: %v\n", fs.Args())
 		return errUsage
 	}
-	return applyEnv()
+	if err := applyEnv(); err != nil {
+		return &cliError{exitUsage, err} // a variable's value is the command line's too
+	}
+	return nil
+}
+
+// parseConfig parses a command's flags and variables into cfg and
+// checks each value is one its flag takes: a bad one, from the command
+// line or the environment, is a usage error of every command.
+func parseConfig(fs *flag.FlagSet, args []string, applyEnv func() error, cfg *Config) error {
+	if err := parse(fs, args, applyEnv); err != nil {
+		return err
+	}
+	if err := errors.Join(cfg.validateValues()...); err != nil {
+		return &cliError{exitUsage, err}
+	}
+	return nil
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, mode string) error {
@@ -144,7 +209,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, mode
 		return err
 	}
 	if err := cfg.validate(); err != nil {
-		return err
+		return &cliError{exitUsage, err}
 	}
 	m := NewMain(cfg, mode, stdout, stderr)
 	if err := m.Run(ctx); err != nil {
@@ -159,7 +224,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, mode
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := DefaultConfig()
 	fs, applyEnv := newFlagSet(cmdMigrate, &cfg, stderr)
-	if err := parse(fs, args, applyEnv); err != nil {
+	asJSON := jsonFlag(fs)
+	if err := parseConfig(fs, args, applyEnv, &cfg); err != nil {
 		return err
 	}
 	e, err := openEngine(ctx, cfg)
@@ -168,6 +234,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer e.store.Close()
 	applied := e.applied
+	if *asJSON {
+		return printJSON(stdout, map[string]any{"applied": append([]string{}, applied...)})
+	}
 	for _, name := range applied {
 		fmt.Fprintln(stdout, "applied", name)
 	}
@@ -179,27 +248,64 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-// version says which build this is: the module version and, when the
-// build recorded them, the commit and whether the tree had changes.
-func version() string {
+// buildInfo is which build this is, from what the Go toolchain recorded.
+type buildInfo struct {
+	Version  string `json:"version"`
+	Revision string `json:"revision,omitempty"`
+	Modified bool   `json:"modified"`
+	Go       string `json:"go"`
+}
+
+func readBuildInfo() (buildInfo, bool) {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "studio (no build information)"
+		return buildInfo{}, false
 	}
-	v := "studio " + bi.Main.Version
-	var rev, modified string
+	v := buildInfo{Version: bi.Main.Version, Go: bi.GoVersion}
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
-			rev = s.Value
+			v.Revision = s.Value
 		case "vcs.modified":
-			if s.Value == "true" {
-				modified = ", modified"
-			}
+			v.Modified = s.Value == "true"
 		}
 	}
-	if rev != "" {
-		v += " (" + rev + modified + ")"
+	return v, true
+}
+
+// runVersion is studio --version [--json].
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	asJSON := false
+	for _, a := range args {
+		if a != "--json" && a != "-json" {
+			fmt.Fprintf(stderr, "usage: studio --version [--json]\n")
+			return 2
+		}
+		asJSON = true
 	}
-	return v + " " + bi.GoVersion
+	if asJSON {
+		bi, _ := readBuildInfo()
+		printJSON(stdout, bi)
+		return 0
+	}
+	fmt.Fprintln(stdout, version())
+	return 0
+}
+
+// version says which build this is: the module version and, when the
+// build recorded them, the commit and whether the tree had changes.
+func version() string {
+	bi, ok := readBuildInfo()
+	if !ok {
+		return "studio (no build information)"
+	}
+	v := "studio " + bi.Version
+	if bi.Revision != "" {
+		modified := ""
+		if bi.Modified {
+			modified = ", modified"
+		}
+		v += " (" + bi.Revision + modified + ")"
+	}
+	return v + " " + bi.Go
 }

@@ -19,8 +19,16 @@ type pubDeps struct {
 }
 
 // buildPublications wires uploads (the blob store, a lock per client key)
-// and the publication channels: the gallery in DATA/gallery, and the
-// webhook when --webhook-url is set.
+// and the publication channels: the gallery, and the webhook when
+// --webhook-url is set.
+//
+// Where the gallery keeps its files follows the asset store. With the
+// files store (DATA/assets, SQLite's default) it also writes them to
+// DATA/gallery, the static folder its docs promise to a web server on
+// the same machine. With a store that instances share (the blobs table, an
+// object store) it writes nothing: a published file is its item's row
+// naming bytes already in the store, served by every instance at
+// /gallery/, so instances share no disk. Both are served at /gallery/.
 func (m *Main) buildPublications(d *deps) (*pubDeps, error) {
 	p := &pubDeps{blobs: m.blobs, channels: map[string]publish.Channel{}}
 	p.uploads = &intent.Uploads{
@@ -30,7 +38,13 @@ func (m *Main) buildPublications(d *deps) (*pubDeps, error) {
 		Observe:   d.metrics.Intent,
 		MaxPixels: m.Config.MaxUploadPixels,
 	}
-	g, err := publish.NewGallery(filepath.Join(m.Config.Data, "gallery"), m.blobs, m.store)
+	var g publish.Channel
+	var err error
+	if _, onDisk := m.blobs.(*blob.FS); onDisk {
+		g, err = publish.NewGallery(filepath.Join(m.Config.Data, "gallery"), m.blobs, m.store)
+	} else {
+		g, err = publish.NewStoreGallery(m.blobs)
+	}
 	if err != nil {
 		return nil, err
 	}

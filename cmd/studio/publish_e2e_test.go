@@ -293,6 +293,7 @@ func TestUploadsAndPublicationsInProcess(t *testing.T) {
 		t.Fatalf("publication ended %+v", done)
 	}
 	checkGalleryDir(t, filepath.Join(cfg.Data, "gallery", pub.ID), m.store, assets)
+	checkGalleryServed(t, m.Addr(), filepath.Join(cfg.Data, "gallery", pub.ID))
 
 	// Refusals: another batch's (an upload) asset, an id of a generation.
 	resp, err = c.do(ctx, "POST", "/v1/publications", map[string]any{"request_id": "pub-2", "batch_id": batch.ID, "asset_ids": []string{up.ID}}, &prob)
@@ -384,6 +385,26 @@ func checkGalleryDir(t *testing.T, dir string, st store.Store, assetIDs []string
 		sum := sha256.Sum256(data)
 		if err != nil || e.ID != assetIDs[i] || hex.EncodeToString(sum[:]) != e.SHA256 || e.Frame == "" {
 			t.Fatalf("manifest entry %d %+v does not match its file (%v)", i, e, err)
+		}
+	}
+}
+
+// checkGalleryServed proves /gallery/ serves, with no token, every file
+// the gallery folder dir holds, byte for byte.
+func checkGalleryServed(t *testing.T, addr, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		want, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, body := galleryGet(t, addr, "/gallery/"+filepath.Base(dir)+"/"+e.Name())
+		if resp.StatusCode != http.StatusOK || !bytes.Equal(body, want) {
+			t.Fatalf("/gallery/ serves %s: %d, %d bytes; the folder has %d", e.Name(), resp.StatusCode, len(body), len(want))
 		}
 	}
 }

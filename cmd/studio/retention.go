@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 
 	"studio/blob"
 	"studio/httpapi"
+	"studio/intent"
 	"studio/store"
 	"studio/store/sqlite"
 	"studio/worker"
@@ -175,6 +175,7 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var actor, label string
 	var expires age
 	var rest []string
+	asJSON := jsonFlag(fs)
 	sub := args[0]
 	switch sub {
 	case "create":
@@ -193,12 +194,12 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprint(stderr, tokenUsage)
 		return errUsage
 	}
-	if err := parse(fs, args[1:], applyEnv); err != nil {
+	if err := parseConfig(fs, args[1:], applyEnv, &cfg); err != nil {
 		return err
 	}
 	if sub == "create" {
 		if err := validateActor(actor); err != nil {
-			return err
+			return &cliError{exitUsage, err}
 		}
 	}
 	s, err := openStore(ctx, cfg)
@@ -209,8 +210,15 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch sub {
 	case "revoke":
 		t, err := s.RevokeToken(ctx, rest[0])
-		if err != nil {
+		switch intent.ErrorCode(err) {
+		case "":
+		case intent.EInvalid, intent.ENotFound: // a bad argument
+			return usageErr("revoke %s: %s", rest[0], "no such token (studio token list shows them)")
+		default:
 			return fmt.Errorf("revoke %s: %w", rest[0], err)
+		}
+		if *asJSON {
+			return printJSON(stdout, tokenView(t, time.Now()))
 		}
 		fmt.Fprintf(stdout, "revoked %s (actor %s%s) at %s\n", t.ID, t.Actor, labelled(t.Label), t.RevokedAt.Format(time.RFC3339))
 		return nil
@@ -227,6 +235,11 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return fmt.Errorf("store token: %w", err)
 		}
+		if *asJSON {
+			v := tokenView(t, time.Now())
+			v.Token = token
+			return printJSON(stdout, v)
+		}
 		fmt.Fprintln(stdout, token)
 		fmt.Fprintf(stderr, "token %s for %s%s, %s\n", t.ID, t.Actor, labelled(t.Label), expiry(t))
 		return nil
@@ -235,22 +248,64 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
+		now := time.Now()
+		if *asJSON {
+			for _, t := range toks {
+				if err := printJSON(stdout, tokenView(t, now)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 		w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "ID\tACTOR\tLABEL\tCREATED\tEXPIRES\tLAST USED\tSTATE")
-		now := time.Now()
 		for _, t := range toks {
-			state := "live"
-			switch {
-			case !t.RevokedAt.IsZero():
+			state := tokenState(t, now)
+			if state == "revoked" {
 				state = "revoked " + t.RevokedAt.Format(time.RFC3339)
-			case !t.Live(now):
-				state = "expired"
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Actor, dash(t.Label), t.CreatedAt.Format(time.RFC3339),
 				stamp(t.ExpiresAt), stamp(t.LastUsedAt), state)
 		}
 		return w.Flush()
 	}
+}
+
+// tokenState is live, expired or revoked.
+func tokenState(t store.Token, now time.Time) string {
+	switch {
+	case !t.RevokedAt.IsZero():
+		return "revoked"
+	case !t.Live(now):
+		return "expired"
+	}
+	return "live"
+}
+
+// tokenJSON is a token as token create, list and revoke print it with
+// --json; the secret only from create.
+type tokenJSON struct {
+	ID         string     `json:"id"`
+	Token      string     `json:"token,omitempty"`
+	Actor      string     `json:"actor"`
+	Label      string     `json:"label"`
+	State      string     `json:"state"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ExpiresAt  *time.Time `json:"expires_at"`
+	LastUsedAt *time.Time `json:"last_used_at"`
+	RevokedAt  *time.Time `json:"revoked_at"`
+}
+
+func tokenView(t store.Token, now time.Time) tokenJSON {
+	opt := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		u := t.UTC()
+		return &u
+	}
+	return tokenJSON{ID: t.ID, Actor: t.Actor, Label: t.Label, State: tokenState(t, now), CreatedAt: t.CreatedAt.UTC(),
+		ExpiresAt: opt(t.ExpiresAt), LastUsedAt: opt(t.LastUsedAt), RevokedAt: opt(t.RevokedAt)}
 }
 
 func labelled(label string) string {
@@ -290,6 +345,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(&olderThan, "older-than", "delete the ended batches whose last change is older than this (30d, 12h) (required)")
 	fs.BoolVar(&dryRun, "dry-run", false, "count what would go; delete nothing")
 	fs.DurationVar(&sweepAge, "sweep-age", sweepAge, "remove the asset files no asset names any more once untouched this long")
+	asJSON := jsonFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "usage: studio prune --older-than AGE [--dry-run] [flags]\n\n"+
 			"Deletes every ended batch whose last change is older than AGE, with its tasks, assets and\n"+
@@ -298,7 +354,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"is gone. Safe beside running servers and workers.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args, applyEnv); err != nil {
+	if err := parseConfig(fs, args, applyEnv, &cfg); err != nil {
 		return err
 	}
 	if olderThan == 0 {
@@ -317,6 +373,13 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	r, err := prunePass(ctx, e.store, blobs, e.reclaim, time.Now().Add(-time.Duration(olderThan)), dryRun, sweepAge)
+	if *asJSON {
+		if jerr := printJSON(stdout, map[string]any{"dry_run": dryRun, "batches": r.Batches, "tasks": r.Tasks, "assets": r.Assets,
+			"asset_bytes": r.AssetBytes, "files_removed": r.Blobs, "bytes_reclaimed": r.Reclaimed}); err == nil {
+			err = jerr
+		}
+		return err
+	}
 	verb := "deleted"
 	if dryRun {
 		verb = "would delete"
@@ -329,6 +392,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func runVacuum(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := DefaultConfig()
 	fs, applyEnv := newFlagSet(cmdVacuum, &cfg, stderr)
+	asJSON := jsonFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "usage: studio vacuum [flags]\n\n"+
 			"SQLite only. Rewrites studio.db (VACUUM) in auto_vacuum=INCREMENTAL mode, so that the pages\n"+
@@ -337,11 +401,11 @@ func runVacuum(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			"write lock for the whole rewrite (creates wait) and needs free space of the file's size.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args, applyEnv); err != nil {
+	if err := parseConfig(fs, args, applyEnv, &cfg); err != nil {
 		return err
 	}
 	if cfg.isPostgres() {
-		return errors.New("vacuum is for SQLite; PostgreSQL's autovacuum reuses freed space (VACUUM FULL gives it back)")
+		return usageErr("vacuum is for SQLite; PostgreSQL's autovacuum reuses freed space (VACUUM FULL gives it back)")
 	}
 	e, err := openEngine(ctx, cfg)
 	if err != nil {
@@ -352,6 +416,9 @@ func runVacuum(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if *asJSON {
+		return printJSON(stdout, map[string]any{"database": cfg.sqlitePath(), "bytes_before": before, "bytes_after": after, "auto_vacuum": "INCREMENTAL"})
+	}
 	fmt.Fprintf(stdout, "vacuumed %s: %d bytes -> %d bytes; auto_vacuum=INCREMENTAL\n", cfg.sqlitePath(), before, after)
 	return nil
 }
@@ -359,6 +426,7 @@ func runVacuum(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := DefaultConfig()
 	fs, applyEnv := newFlagSet(cmdBackup, &cfg, stderr)
+	asJSON := jsonFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "usage: studio backup DIR [flags]\n\n"+
 			"SQLite only. Copies a live studio into DIR (which must not exist): DIR/studio.db, one\n"+
@@ -373,14 +441,14 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return errUsage
 	}
 	dir := args[0]
-	if err := parse(fs, args[1:], applyEnv); err != nil {
+	if err := parseConfig(fs, args[1:], applyEnv, &cfg); err != nil {
 		return err
 	}
 	if cfg.isPostgres() {
-		return errors.New("backup is for SQLite; on PostgreSQL use pg_dump (docs/postgres.md)")
+		return usageErr("backup is for SQLite; on PostgreSQL use pg_dump (docs/postgres.md)")
 	}
 	if _, err := os.Stat(dir); err == nil {
-		return fmt.Errorf("backup: %s exists; give a new directory", dir)
+		return usageErr("%s exists; give a new directory", dir)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("backup: %w", err)
@@ -417,6 +485,9 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("backup asset %s: the stored bytes hash to %s", sha, info.SHA256)
 		}
 		bytes += info.Size
+	}
+	if *asJSON {
+		return printJSON(stdout, map[string]any{"database": cfg.sqlitePath(), "dir": dir, "integrity": "ok", "asset_files": len(shas), "asset_bytes": bytes})
 	}
 	fmt.Fprintf(stdout, "backed up %s to %s: studio.db (integrity ok) and %d asset files (%d bytes, each sha256 checked)\n",
 		cfg.sqlitePath(), dir, len(shas), bytes)

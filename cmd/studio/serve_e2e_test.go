@@ -257,13 +257,14 @@ func TestCommandLine(t *testing.T) {
 		args []string
 		code int
 	}{
+		// A bad value is a usage error (2), as studio help states.
 		{"no command", nil, 2},
 		{"unknown command", []string{"frobnicate"}, 2},
 		{"help", []string{"help"}, 0},
-		{"token without actor", []string{"token", "create", "--data", data}, 1},
+		{"token without actor", []string{"token", "create", "--data", data}, 2},
 		{"bad flag", []string{"serve", "--no-such-flag"}, 2},
-		{"bad lock store", []string{"serve", "--data", data, "--lock-store", "paper"}, 1},
-		{"bad log level", []string{"serve", "--data", data, "--log-level", "loud"}, 1},
+		{"bad lock store", []string{"serve", "--data", data, "--lock-store", "paper"}, 2},
+		{"bad log level", []string{"serve", "--data", data, "--log-level", "loud"}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var o, e bytes.Buffer

@@ -107,6 +107,12 @@ type dropProxy struct {
 	// task events have gone through (then it is 0 again).
 	cutEvents int
 	lastIDs   []string // the Last-Event-ID of every events request
+	// noEvents answers 404 to every events request, as a server without
+	// the stream would.
+	noEvents bool
+	// failGets answers the next GETs of a path (as many as its count) 502
+	// Bad Gateway with an HTML page, without forwarding them.
+	failGets map[string]int
 }
 
 // cutWriter passes an events stream through and cancels it (the proxy
@@ -132,7 +138,7 @@ func (w *cutWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func newDropProxy(t *testing.T, addr string) *dropProxy {
 	u, _ := url.Parse("http://" + addr)
-	p := &dropProxy{target: u, rp: httputil.NewSingleHostReverseProxy(u), losing: map[string]string{}, posts: map[string][]string{}, bodies: map[string][]string{}}
+	p := &dropProxy{target: u, rp: httputil.NewSingleHostReverseProxy(u), losing: map[string]string{}, posts: map[string][]string{}, bodies: map[string][]string{}, failGets: map[string]int{}}
 	p.srv = httptest.NewServer(p)
 	t.Cleanup(p.srv.Close)
 	return p
@@ -160,11 +166,27 @@ func (p *dropProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		how = p.losing[r.URL.Path]
 	}
 	cut := 0
-	if strings.HasSuffix(r.URL.Path, "/events") {
+	events := strings.HasSuffix(r.URL.Path, "/events")
+	if events {
 		p.lastIDs = append(p.lastIDs, r.Header.Get("Last-Event-ID"))
 		cut, p.cutEvents = p.cutEvents, 0
 	}
+	noEvents := events && p.noEvents
+	failGet := r.Method == http.MethodGet && p.failGets[r.URL.Path] > 0
+	if failGet {
+		p.failGets[r.URL.Path]--
+	}
 	p.mu.Unlock()
+	if noEvents {
+		http.NotFound(w, r)
+		return
+	}
+	if failGet {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write([]byte("<html><body><h1>502 Bad Gateway</h1></body></html>"))
+		return
+	}
 	if cut > 0 {
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
@@ -510,14 +532,20 @@ func TestWebStudio(t *testing.T) {
 	// A worker process starts; the page fills in without a reload.
 	wcfg := cfg
 	wcfg.Workers = 1
-	// A MutationObserver in the page notes whether part of the batch was
-	// ever shown, at every change of the grid.
+	// MutationObservers in the page note whether part of the batch was
+	// ever shown, at every change of the grid, and what the status line
+	// said while the stream reconnected.
 	eval[bool](p, `(() => {
 		window.partlyShown = false;
 		new MutationObserver(() => {
 			const n = document.querySelectorAll('#grid img[data-loaded]').length;
 			if (n > 0 && n < 8) window.partlyShown = true;
 		}).observe(document.querySelector('#grid'), {subtree: true, childList: true, attributes: true});
+		window.reconnecting = '';
+		const live = document.querySelector('#live');
+		new MutationObserver(() => {
+			if (live.dataset.state === 'reconnecting') window.reconnecting = live.textContent;
+		}).observe(live, {subtree: true, childList: true, characterData: true, attributes: true});
 		return true;
 	})()`)
 	w := NewMain(wcfg, modeWorker, io.Discard, io.Discard)
@@ -547,6 +575,11 @@ func TestWebStudio(t *testing.T) {
 	if len(lastIDs) < 2 || lastIDs[0] != "" || lastIDs[1] == "" {
 		t.Errorf("events requests carried Last-Event-ID %q; want none on the first, the last id seen on the reconnect", lastIDs)
 	}
+	said := eval[string](p, `window.reconnecting`)
+	if !strings.HasPrefix(said, "reconnecting… (") || len(said) < len("reconnecting… (x)") || strings.Contains(said, "undefined") {
+		t.Errorf("while the stream reconnected the page said %q; want the reason it was lost", said)
+	}
+	t.Logf("while the stream reconnected the page said %q", said)
 
 	// Pick two images, the first with the keyboard only (Tab from the
 	// channel list reaches the first thumbnail; Space picks it), and publish
@@ -811,6 +844,63 @@ func TestWebBatchState(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
+// TestWebStudioPolling: where the server has no events stream, the batch
+// page polls; a poll that fails is shown and tried again, and the page
+// still fills in and ends.
+func TestWebStudioPolling(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 1280, 900)
+	cfg := testConfig(t) // no workers: the batch waits until one starts
+	m, _ := startMain(t, cfg)
+	token := readToken(t, cfg.Data)
+	c := newClient(t, m.Addr(), token)
+	proxy := newDropProxy(t, m.Addr())
+	proxy.noEvents = true
+	var b webBatch
+	body := map[string]any{"request_id": "polled", "prompt": "a cat", "providers": []string{"sketch"},
+		"sets": []map[string]any{{"collection": "c", "frames": []string{"a", "b"}}}}
+	if resp, err := c.do(context.Background(), "POST", "/v1/generations", body, &b); err != nil || resp.StatusCode != 201 {
+		t.Fatalf("create: %v %v", resp, err)
+	}
+	p.do(chromedp.Navigate(proxy.srv.URL+"/#token="+token), visible(`#compose`),
+		chromedp.Navigate(proxy.srv.URL+"/#/batches/"+b.ID), visible(`#grid .cell`))
+	p.waitJS("the page to poll", `document.querySelector('#live').dataset.state === 'polling'`)
+
+	// The next read of the batch gets a gateway's 502.
+	eval[bool](p, `(() => {
+		window.problemShown = '';
+		new MutationObserver(() => {
+			const text = document.querySelector('#live-problems').innerText;
+			if (text) window.problemShown = text;
+		}).observe(document.querySelector('#live-problems'), {subtree: true, childList: true, characterData: true});
+		return true;
+	})()`)
+	proxy.mu.Lock()
+	proxy.failGets["/v1/batches/"+b.ID] = 1
+	proxy.mu.Unlock()
+	p.waitJS("the failed poll to be shown", `!!window.problemShown`)
+	if shown := eval[string](p, `window.problemShown`); !strings.Contains(shown, "The batch could not be read; trying again.") || !strings.Contains(shown, "502") {
+		t.Errorf("the failed poll was shown as %q", shown)
+	}
+
+	wcfg := cfg
+	wcfg.Workers = 1
+	w := NewMain(wcfg, modeWorker, io.Discard, io.Discard)
+	if err := w.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	p.waitJS("both thumbnails, the batch succeeded and the polling ended",
+		`document.querySelectorAll('#grid img[data-loaded]').length === 2 && document.querySelector('#batch-state').dataset.state === 'succeeded' && document.querySelector('#live').dataset.state === 'ended'`)
+	if left := p.text(`#live-problems`); left != "" {
+		t.Errorf("after a good poll the page still shows %q", left)
+	}
+	_, _, paths := proxy.seen("")
+	if n := slices.Index(paths, "GET /v1/batches/"+b.ID+"/events"); n < 0 || slices.Contains(paths[n+1:], "GET /v1/batches/"+b.ID+"/events") {
+		t.Errorf("the page asked for the events stream %v; want once, then polling", paths)
 	}
 }
 

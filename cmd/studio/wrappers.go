@@ -11,6 +11,7 @@ import (
 	"studio/intent"
 	"studio/locks"
 	"studio/metrics"
+	"studio/store"
 	"studio/worker"
 )
 
@@ -48,7 +49,13 @@ func (w wrappers) generations(s *intent.Service) httpapi.Generations {
 func (w wrappers) requests() func(httpapi.RequestRecord) {
 	return func(r httpapi.RequestRecord) {
 		w.metrics.Request(r.Method, r.Route, r.Status, r.Duration)
-		if r.Fault != "" {
+		switch r.Fault {
+		case "":
+		case string(store.FaultAssetStore):
+			w.metrics.AssetFault(metrics.AssetUnavailable)
+		case httpapi.FaultAssetCorrupt:
+			w.metrics.AssetFault(metrics.AssetCorrupt)
+		default:
 			w.metrics.Fault(r.Fault)
 		}
 	}

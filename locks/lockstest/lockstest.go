@@ -17,6 +17,11 @@
 // The suite needs to move the store's clock by hand: a SQL store can take
 // "now" from a bound parameter when a test sets one (see the SQLite lock
 // store for an example: COALESCE(?, the database's clock)).
+//
+// Tests that need more than a Fixture a store's test file calls itself:
+// ShortLeasesEnd (the store on its own clock), EnginesExclude (two
+// engines on two stores of the same data), and StartWaiter with
+// ServeWaiter (a waiter in another OS process).
 package lockstest
 
 import (
@@ -106,6 +111,7 @@ func Run(t *testing.T, open func(t *testing.T) *Fixture) {
 		{"SemaphoreRacingAfterExpiry", testSemaphoreRacingExpired},
 		{"SemaphoreStaleOwner", testSemaphoreStale},
 		{"SemaphoreFencesGrow", testSemaphoreFences},
+		{"SemaphoreLimitBelowOne", testLimitBelowOne},
 		{"LocksAndSemaphoresApart", testKeySpacesApart},
 		{"InspectLock", testInspectLock},
 		{"InspectSlots", testInspectSlots},
@@ -690,6 +696,14 @@ func testSemaphoreFences(t *testing.T, f *Fixture) {
 			releaseSlot(t, s, "sem", owner)
 		} else {
 			f.Clock.Advance(long)
+		}
+	}
+}
+
+func testLimitBelowOne(t *testing.T, f *Fixture) {
+	for _, limit := range []int{0, -1} {
+		if _, _, err := f.Store.AcquireSlot(t.Context(), "k", "a", limit, long); !errors.Is(err, locks.ErrInvalid) {
+			t.Fatalf("AcquireSlot with limit %d: %v, want ErrInvalid", limit, err)
 		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"studio/locks/pglock/pglisten"
 )
 
 // ttlRoundUp rounds a lease length up to whole microseconds, what
@@ -85,63 +85,19 @@ func (s *Store) Subscribe(released func(slot bool, key string)) (stop func()) {
 	}
 }
 
-// listenBackoff bounds the wait before a new listening connection after a
-// failure.
-const (
-	listenBackoffMin = 100 * time.Millisecond
-	listenBackoffMax = 5 * time.Second
-)
-
 // listen keeps one connection LISTENing on Channel until Close, passing
 // every release of this schema to the subscribers.
 func (s *Store) listen(ctx context.Context) {
 	defer s.listening.Done()
-	backoff := listenBackoffMin
-	for ctx.Err() == nil {
-		err := s.listenConn(ctx, func() {
-			backoff = listenBackoffMin
-			s.subs.listens.Add(1)
-		})
-		if ctx.Err() != nil || err == nil {
-			return
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, listenBackoffMax)
-	}
-}
-
-// listenConn runs one listening connection until it fails or ctx ends.
-// It does not take a connection of the pool (that would hold one for
-// good): it opens its own with the pool's settings.
-func (s *Store) listenConn(ctx context.Context, up func()) error {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
-		return err
-	}
-	up()
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		slot, key, schema, ok := decodePayload(n.Payload)
+	pglisten.Run(ctx, s.pool.Config().ConnConfig, Channel, func(uint32) { s.subs.listens.Add(1) }, func(payload string) {
+		slot, key, schema, ok := decodePayload(payload)
 		if !ok || schema != s.schema {
-			continue
+			return
 		}
 		s.subs.mu.Lock()
 		for _, fn := range s.subs.fns {
 			fn(slot, key)
 		}
 		s.subs.mu.Unlock()
-	}
+	})
 }

@@ -57,7 +57,9 @@ func TestReleaseWakesOtherProcess(t *testing.T) {
 			go func() {
 				got <- hold(waiter, func(context.Context, *locks.Lease) error { return nil })
 			}()
-			// Let the waiter find the key held and start its hour-long poll.
+			// Release once the waiter found the key held and waits for its
+			// hour-long poll: its engine's line was empty, so it is in
+			// line (Waiters 1) only after the store refused it.
 			deadline := time.Now().Add(10 * time.Second)
 			for time.Now().Before(deadline) {
 				info, err := waiter.Inspect(ctx, "k")
@@ -68,12 +70,11 @@ func TestReleaseWakesOtherProcess(t *testing.T) {
 					return err
 				}
 				if info.Waiters == 1 {
-					break
+					return nil
 				}
 				time.Sleep(time.Millisecond)
 			}
-			time.Sleep(20 * time.Millisecond)
-			return nil
+			return errors.New("the waiter did not queue within 10 s")
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -115,7 +116,7 @@ func TestWithoutNotifyPolls(t *testing.T) {
 		}()
 		// Release only once the waiter waits: it must learn of it by
 		// polling, and its poll is an hour away.
-		for {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 			info, err := waiter.Inspect(ctx, "k")
 			if err != nil {
 				return err
@@ -125,6 +126,7 @@ func TestWithoutNotifyPolls(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+		return errors.New("the waiter did not queue within 10 s")
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +184,10 @@ func TestCloseCancelsHungAcquire(t *testing.T) {
 		})
 	}()
 	// Wait until the acquisition waits on the advisory lock.
-	for {
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if time.Now().After(deadline) {
+			t.Fatal("the acquisition did not wait on the advisory lock within 10 s")
+		}
 		var n int
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks
 			WHERE locktype = 'advisory' AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND NOT granted`,

@@ -2,9 +2,7 @@ package pglock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,22 +81,7 @@ func TestLockStoreRealClock(t *testing.T) {
 	if _, ok, err := s.Acquire(ctx, "long", "b", time.Hour); err != nil || ok {
 		t.Fatalf("second Acquire: %v, %v; want refused", ok, err)
 	}
-	if _, ok, err := s.Acquire(ctx, "short", "a", 20*time.Millisecond); err != nil || !ok {
-		t.Fatalf("Acquire: %v, %v", ok, err)
-	}
-	if _, ok, err := s.AcquireSlot(ctx, "short", "a", 1, 20*time.Millisecond); err != nil || !ok {
-		t.Fatalf("AcquireSlot: %v, %v", ok, err)
-	}
-	time.Sleep(40 * time.Millisecond)
-	if ok, err := s.Renew(ctx, "short", "a", time.Hour); err != nil || ok {
-		t.Fatalf("Renew after expiry: %v, %v; want refused", ok, err)
-	}
-	if _, ok, err := s.Acquire(ctx, "short", "b", time.Hour); err != nil || !ok {
-		t.Fatalf("Acquire after expiry: %v, %v", ok, err)
-	}
-	if _, ok, err := s.AcquireSlot(ctx, "short", "b", 1, time.Hour); err != nil || !ok {
-		t.Fatalf("AcquireSlot after expiry: %v, %v", ok, err)
-	}
+	lockstest.ShortLeasesEnd(t, s, nil)
 }
 
 func TestLockSweep(t *testing.T) {
@@ -142,76 +125,11 @@ func TestLockSweep(t *testing.T) {
 }
 
 // TestLockEngineAcrossStores: two engines, each on its own pool (as two
-// processes), meet only in the database: one holder of a lock at a time,
-// fences growing, at most two semaphore holders.
+// processes), meet only in the database.
 func TestLockEngineAcrossStores(t *testing.T) {
 	t.Parallel()
 	schema := testSchema(t)
-	var engines []*locks.Engine
-	for range 2 {
-		e := locks.New(openLockDB(t, testURL(t), schema), locks.PollInterval(time.Millisecond, 5*time.Millisecond))
-		t.Cleanup(func() { e.Close() })
-		engines = append(engines, e)
-	}
-	var (
-		inside, slots, most atomic.Int64
-		mu                  sync.Mutex
-		last                int64
-		wg                  sync.WaitGroup
-	)
-	for i := range 8 {
-		e := engines[i%2]
-		sem := e.Semaphore(2)
-		wg.Go(func() {
-			for range 8 {
-				err := e.Hold(context.Background(), "plan", func(_ context.Context, l *locks.Lease) error {
-					if n := inside.Add(1); n != 1 {
-						t.Errorf("%d holders of one lock at once", n)
-					}
-					mu.Lock()
-					if l.Fence() <= last {
-						t.Errorf("fence %d after %d", l.Fence(), last)
-					}
-					last = l.Fence()
-					mu.Unlock()
-					time.Sleep(100 * time.Microsecond)
-					inside.Add(-1)
-					return nil
-				})
-				if err != nil {
-					t.Error(err)
-				}
-				err = sem.Hold(context.Background(), "gen", func(context.Context, *locks.Lease) error {
-					n := slots.Add(1)
-					for {
-						m := most.Load()
-						if n <= m || most.CompareAndSwap(m, n) {
-							break
-						}
-					}
-					time.Sleep(100 * time.Microsecond)
-					slots.Add(-1)
-					return nil
-				})
-				if err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if n := most.Load(); n > 2 {
-		t.Fatalf("%d semaphore holders at once, limit 2", n)
-	}
-}
-
-func TestLockStoreRefusesBadLimit(t *testing.T) {
-	t.Parallel()
-	schema := testSchema(t)
-	s := openLockDB(t, testURL(t), schema)
-	if _, _, err := s.AcquireSlot(t.Context(), "k", "a", 0, time.Hour); !errors.Is(err, locks.ErrInvalid) {
-		t.Fatalf("AcquireSlot with limit 0: %v", err)
-	}
+	lockstest.EnginesExclude(t, func(t *testing.T) locks.Store { return openLockDB(t, testURL(t), schema) })
 }
 
 // TestLockFenceOrderWithASlowStatement: an acquisition draws its fence
@@ -249,12 +167,27 @@ func TestLockFenceOrderWithASlowStatement(t *testing.T) {
 		{"slot", func(o string) (int64, bool, error) { return s.AcquireSlot(ctx, "k", o, 1, time.Hour) },
 			func(o string) (bool, error) { return s.ReleaseSlot(ctx, "k", o) }},
 	} {
+		drawn := func() (n int64) {
+			t.Helper()
+			if err := db.Pool().QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM lock_fence`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		before := drawn()
 		slow := make(chan result, 1)
 		go func() {
 			f, ok, err := sp.acquire("slow")
 			slow <- result{f, ok, err}
 		}()
-		time.Sleep(100 * time.Millisecond) // the slow one has drawn and sleeps
+		// Go on once the slow one has drawn its fence: its trigger then
+		// holds its row back for 300 ms.
+		for deadline := time.Now().Add(10 * time.Second); drawn() == before; {
+			if time.Now().After(deadline) {
+				t.Fatal("the slow acquisition drew no fence within 10 s")
+			}
+			time.Sleep(time.Millisecond)
+		}
 		fast, fastOK, err := sp.acquire("fast")
 		if err != nil {
 			t.Fatal(err)

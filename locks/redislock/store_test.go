@@ -79,101 +79,22 @@ func TestLockStoreRealClock(t *testing.T) {
 			t.Fatalf("%s expires in %v, want within the hour", k, left)
 		}
 	}
-	if _, ok, err := s.Acquire(ctx, "short", "a", 20*time.Millisecond); err != nil || !ok {
-		t.Fatalf("Acquire: %v, %v", ok, err)
-	}
-	if _, ok, err := s.AcquireSlot(ctx, "short", "a", 1, 20*time.Millisecond); err != nil || !ok {
-		t.Fatalf("AcquireSlot: %v, %v", ok, err)
-	}
-	time.Sleep(40 * time.Millisecond)
-	for _, k := range []string{prefix + "l:short", prefix + "s:short", prefix + "h:short"} {
-		if n := s.Client().Exists(ctx, k).Val(); n != 0 {
-			t.Fatalf("%s still exists after its lease's TTL", k)
+	lockstest.ShortLeasesEnd(t, s, func() {
+		for _, k := range []string{prefix + "l:short", prefix + "s:short", prefix + "h:short"} {
+			if n := s.Client().Exists(ctx, k).Val(); n != 0 {
+				t.Fatalf("%s still exists after its lease's TTL", k)
+			}
 		}
-	}
-	if ok, err := s.Renew(ctx, "short", "a", time.Hour); err != nil || ok {
-		t.Fatalf("Renew after expiry: %v, %v; want refused", ok, err)
-	}
-	if _, ok, err := s.Acquire(ctx, "short", "b", time.Hour); err != nil || !ok {
-		t.Fatalf("Acquire after expiry: %v, %v", ok, err)
-	}
-	if _, ok, err := s.AcquireSlot(ctx, "short", "b", 1, time.Hour); err != nil || !ok {
-		t.Fatalf("AcquireSlot after expiry: %v, %v", ok, err)
-	}
+	})
 }
 
 // TestLockEngineAcrossStores: two engines, each on its own client (as two
-// processes), meet only in Redis: one holder of a lock at a time, fences
-// growing, at most two semaphore holders.
+// processes), meet only in Redis.
 func TestLockEngineAcrossStores(t *testing.T) {
 	t.Parallel()
 	url := testURL(t)
 	prefix := testPrefix(t, url)
-	var engines []*locks.Engine
-	for range 2 {
-		e := locks.New(openStore(t, url, prefix), locks.PollInterval(time.Millisecond, 5*time.Millisecond))
-		t.Cleanup(func() { e.Close() })
-		engines = append(engines, e)
-	}
-	var (
-		inside, slots, most atomic.Int64
-		mu                  sync.Mutex
-		last                int64
-		wg                  sync.WaitGroup
-	)
-	for i := range 8 {
-		e := engines[i%2]
-		sem := e.Semaphore(2)
-		wg.Go(func() {
-			for range 8 {
-				err := e.Hold(context.Background(), "plan", func(_ context.Context, l *locks.Lease) error {
-					if n := inside.Add(1); n != 1 {
-						t.Errorf("%d holders of one lock at once", n)
-					}
-					mu.Lock()
-					if l.Fence() <= last {
-						t.Errorf("fence %d after %d", l.Fence(), last)
-					}
-					last = l.Fence()
-					mu.Unlock()
-					time.Sleep(100 * time.Microsecond)
-					inside.Add(-1)
-					return nil
-				})
-				if err != nil {
-					t.Error(err)
-				}
-				err = sem.Hold(context.Background(), "gen", func(context.Context, *locks.Lease) error {
-					n := slots.Add(1)
-					for {
-						m := most.Load()
-						if n <= m || most.CompareAndSwap(m, n) {
-							break
-						}
-					}
-					time.Sleep(100 * time.Microsecond)
-					slots.Add(-1)
-					return nil
-				})
-				if err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if n := most.Load(); n > 2 {
-		t.Fatalf("%d semaphore holders at once, limit 2", n)
-	}
-}
-
-func TestLockStoreRefusesBadLimit(t *testing.T) {
-	t.Parallel()
-	url := testURL(t)
-	s := openStore(t, url, testPrefix(t, url))
-	if _, _, err := s.AcquireSlot(t.Context(), "k", "a", 0, time.Hour); !errors.Is(err, locks.ErrInvalid) {
-		t.Fatalf("AcquireSlot with limit 0: %v", err)
-	}
+	lockstest.EnginesExclude(t, func(t *testing.T) locks.Store { return openStore(t, url, prefix) })
 }
 
 func TestOpenRefusesBadURL(t *testing.T) {
@@ -348,7 +269,7 @@ func TestReleaseWakesOtherStore(t *testing.T) {
 					go func() {
 						got <- hold(waiter, func(context.Context, *locks.Lease) error { return nil })
 					}()
-					for {
+					for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 						info, err := waiter.Inspect(ctx, "k")
 						if sem {
 							info, err = waiter.InspectSemaphore(ctx, "k")
@@ -361,6 +282,7 @@ func TestReleaseWakesOtherStore(t *testing.T) {
 						}
 						time.Sleep(time.Millisecond)
 					}
+					return errors.New("the waiter did not queue within 10 s")
 				})
 				if err != nil {
 					t.Fatal(err)

@@ -106,7 +106,7 @@ func TestStandaloneDependencies(t *testing.T) {
 		}
 	}
 	slices.Sort(ours)
-	want := []string{"studio/locks", "studio/locks/pglock", "studio/locks/redislock", "studio/locks/sqlitelock"}
+	want := []string{"studio/locks", "studio/locks/pglock", "studio/locks/pglock/pglisten", "studio/locks/redislock", "studio/locks/sqlitelock"}
 	if strings.Join(ours, " ") != strings.Join(want, " ") {
 		t.Fatalf("studio packages in the dependencies: %v, want only %v", ours, want)
 	}
@@ -159,18 +159,21 @@ func TestCloseCancelsBusyAcquire(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.ExecContext(context.Background(), `ROLLBACK`)
-	e := locks.New(ls)
 	asking := make(chan struct{})
+	e := locks.New(askSignal{ls, asking})
 	done := make(chan error, 1)
 	go func() {
-		close(asking)
 		done <- e.Hold(context.Background(), "k", func(context.Context, *locks.Lease) error {
 			t.Error("fn ran while another connection held the write lock")
 			return nil
 		})
 	}()
 	<-asking
-	time.Sleep(200 * time.Millisecond) // let it reach the busy handler
+	// The statement is on its way; SQLite's busy handler has no hook to
+	// say it is waiting there, so give it time to get there: were it not
+	// there yet, Close would cancel it earlier and the test pass without
+	// proving anything, never fail wrongly.
+	time.Sleep(200 * time.Millisecond)
 	start := time.Now()
 	e.Close()
 	took := time.Since(start)
@@ -184,4 +187,15 @@ func TestCloseCancelsBusyAcquire(t *testing.T) {
 	if limit := BusyTimeout * time.Millisecond / 2; took >= limit {
 		t.Fatalf("Close took %v: the busy acquisition was not cancelled (BusyTimeout %v)", took, BusyTimeout*time.Millisecond)
 	}
+}
+
+// askSignal is a store that closes asking when an acquisition begins.
+type askSignal struct {
+	*Store
+	asking chan struct{}
+}
+
+func (s askSignal) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (int64, bool, error) {
+	close(s.asking) // the test acquires once
+	return s.Store.Acquire(ctx, key, owner, ttl)
 }

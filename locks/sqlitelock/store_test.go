@@ -3,7 +3,6 @@ package sqlitelock
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -86,22 +85,7 @@ func TestLockStoreRealClock(t *testing.T) {
 	if _, ok, err := s.Acquire(ctx, "long", "b", time.Hour); err != nil || ok {
 		t.Fatalf("second Acquire: %v, %v; want refused", ok, err)
 	}
-	if _, ok, err := s.Acquire(ctx, "short", "a", 20*time.Millisecond); err != nil || !ok {
-		t.Fatalf("Acquire: %v, %v", ok, err)
-	}
-	if _, ok, err := s.AcquireSlot(ctx, "short", "a", 1, 20*time.Millisecond); err != nil || !ok {
-		t.Fatalf("AcquireSlot: %v, %v", ok, err)
-	}
-	time.Sleep(40 * time.Millisecond)
-	if ok, err := s.Renew(ctx, "short", "a", time.Hour); err != nil || ok {
-		t.Fatalf("Renew after expiry: %v, %v; want refused", ok, err)
-	}
-	if _, ok, err := s.Acquire(ctx, "short", "b", time.Hour); err != nil || !ok {
-		t.Fatalf("Acquire after expiry: %v, %v", ok, err)
-	}
-	if _, ok, err := s.AcquireSlot(ctx, "short", "b", 1, time.Hour); err != nil || !ok {
-		t.Fatalf("AcquireSlot after expiry: %v, %v", ok, err)
-	}
+	lockstest.ShortLeasesEnd(t, s, nil)
 }
 
 // TestLockSurvivesReopen: a lease lives in the file, not in the process.
@@ -198,66 +182,7 @@ func TestLockSweep(t *testing.T) {
 // as two processes would have. Their engines meet only in the database.
 func TestLockEngineAcrossProcesses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "locks.db")
-	var engines []*locks.Engine
-	for range 2 {
-		e := locks.New(openLockDB(t, path), locks.PollInterval(time.Millisecond, 5*time.Millisecond))
-		t.Cleanup(func() { e.Close() })
-		engines = append(engines, e)
-	}
-	var (
-		inside, slots, most atomic.Int64
-		last                int64
-		wg                  sync.WaitGroup
-	)
-	for i := range 8 {
-		e := engines[i%2]
-		sem := e.Semaphore(2)
-		wg.Go(func() {
-			for range 8 {
-				err := e.Hold(context.Background(), "plan", func(_ context.Context, l *locks.Lease) error {
-					if n := inside.Add(1); n != 1 {
-						t.Errorf("%d holders of one lock at once", n)
-					}
-					if l.Fence() <= last {
-						t.Errorf("fence %d after %d", l.Fence(), last)
-					}
-					last = l.Fence()
-					time.Sleep(100 * time.Microsecond)
-					inside.Add(-1)
-					return nil
-				})
-				if err != nil {
-					t.Error(err)
-				}
-				err = sem.Hold(context.Background(), "gen", func(context.Context, *locks.Lease) error {
-					n := slots.Add(1)
-					for {
-						m := most.Load()
-						if n <= m || most.CompareAndSwap(m, n) {
-							break
-						}
-					}
-					time.Sleep(100 * time.Microsecond)
-					slots.Add(-1)
-					return nil
-				})
-				if err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if n := most.Load(); n > 2 {
-		t.Fatalf("%d semaphore holders at once, limit 2", n)
-	}
-}
-
-func TestLockStoreRefusesBadLimit(t *testing.T) {
-	s := openLockDB(t, filepath.Join(t.TempDir(), "locks.db"))
-	if _, _, err := s.AcquireSlot(t.Context(), "k", "a", 0, time.Hour); !errors.Is(err, locks.ErrInvalid) {
-		t.Fatalf("AcquireSlot with limit 0: %v", err)
-	}
+	lockstest.EnginesExclude(t, func(t *testing.T) locks.Store { return openLockDB(t, path) })
 }
 
 // BenchmarkLockSQLite compares an uncontended Hold of a no-op fn on the

@@ -309,39 +309,6 @@ func BenchmarkLock(b *testing.B) {
 	})
 }
 
-// madeAssets makes a batch of n tasks for alice and completes each with an
-// asset; it returns the batch id and the asset ids.
-func madeAssets(b *testing.B, s *postgres.Store, n int) (string, []string) {
-	b.Helper()
-	ctx := context.Background()
-	in := storetest.Intent(b, "alice", "gen", "fp", n)
-	if _, _, err := s.CreateIntent(ctx, in); err != nil {
-		b.Fatal(err)
-	}
-	var ids []string
-	for len(ids) < n {
-		cs, err := s.ClaimTasks(ctx, store.ClaimParams{Owner: "bench", Limit: 100, TTL: time.Minute})
-		if err != nil || len(cs) == 0 {
-			b.Fatalf("claim: %d, %v", len(cs), err)
-		}
-		comps := make([]store.Completion, len(cs))
-		for i, c := range cs {
-			comps[i] = store.Completion{Lease: c.Lease, Asset: intent.Asset{ID: c.ID, SHA256: "ab", ContentType: "image/png", Size: 1, Width: 1, Height: 1}}
-		}
-		res, err := s.CompleteLeases(ctx, comps)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, r := range res {
-			if r.Err != nil {
-				b.Fatal(r.Err)
-			}
-			ids = append(ids, r.AssetID)
-		}
-	}
-	return in.Batch.ID, ids
-}
-
 // BenchmarkPublicationCommit commits a publication of 600 assets
 // (CreateIntent: binding first, the publication selected from the actor's
 // batch, the items in one INSERT from arrays joined to the assets and their
@@ -351,7 +318,7 @@ func madeAssets(b *testing.B, s *postgres.Store, n int) (string, []string) {
 func BenchmarkPublicationCommit(b *testing.B) {
 	ctx := context.Background()
 	s := benchStore(b)
-	batch, assets := madeAssets(b, s, 600)
+	batch, assets := storetest.BatchWithAssets(b, s, "alice", "gen", 600)
 	pub := func(prefix string) []intent.NewIntent {
 		out := make([]intent.NewIntent, b.N)
 		for i := range out {

@@ -201,27 +201,19 @@ func laneOf(k store.Kind) (*lane, error) {
 	return nil, fmt.Errorf("no lease queue of kind %q", k)
 }
 
-// leased is a row under a fresh lease.
-type leased struct {
-	id, parent string
-	fence      int64
-	attempt    int
-	expires    time.Time
-}
-
-// scanLeased reads claimed rows (state, then leased's columns). Rows that
-// came back canceled are not claims: their parents are answered, for a
-// claim that canceled them.
-func scanLeased(rows pgx.Rows) (got []leased, canceled []string, err error) {
-	var l leased
+// scanLeased reads claimed rows (state, then store.Claimed's columns).
+// Rows that came back canceled are not claims: their parents are
+// answered, for a claim that canceled them.
+func scanLeased(rows pgx.Rows) (got []store.Claimed, canceled []string, err error) {
+	var l store.Claimed
 	var state string
 	var expires *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&state, &l.id, &l.parent, &l.fence, &l.attempt, &expires}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&state, &l.ID, &l.Parent, &l.Fence, &l.Attempt, &expires}, func() error {
 		if intent.State(state) != intent.StateRunning {
-			canceled = append(canceled, l.parent)
+			canceled = append(canceled, l.Parent)
 			return nil
 		}
-		l.expires = expires.UTC()
+		l.ExpiresAt = expires.UTC()
 		got = append(got, l)
 		return nil
 	})
@@ -234,10 +226,10 @@ func scanLeased(rows pgx.Rows) (got []leased, canceled []string, err error) {
 // (load), in one transaction. An idle worker polls: one read says whether
 // a claim may find anything before a transaction is begun for it.
 func claim[C any](ctx context.Context, s *Store, l *lane, p store.ClaimParams,
-	queued func(t *taskTx, now, expires time.Time, n int) ([]leased, error),
-	load func(ctx context.Context, t *taskTx, ls []leased) ([]C, error)) ([]C, error) {
-	if p.Owner == "" || p.Limit < 1 || p.TTL <= 0 {
-		return nil, fmt.Errorf("need an owner, a limit >= 1 and a ttl > 0")
+	queued func(t *taskTx, now, expires time.Time, n int) ([]store.Claimed, error),
+	load func(ctx context.Context, t *taskTx, ls []store.Claimed) ([]C, error)) ([]C, error) {
+	if err := p.Check(); err != nil {
+		return nil, err
 	}
 	var maybe bool
 	if err := s.pool.QueryRow(ctx, l.claimable).Scan(&maybe); err != nil {
@@ -274,7 +266,7 @@ func claim[C any](ctx context.Context, s *Store, l *lane, p store.ClaimParams,
 // otherwise claimed again under a new fence. A lease that expired in an
 // outage of this process's lease calls (store.LeaseOutage) is taken back
 // as released: its try does not count against the attempts.
-func (t *taskTx) reclaimExpired(ctx context.Context, l *lane, p store.ClaimParams, outage *store.LeaseOutage) (time.Time, []leased, error) {
+func (t *taskTx) reclaimExpired(ctx context.Context, l *lane, p store.ClaimParams, outage *store.LeaseOutage) (time.Time, []store.Claimed, error) {
 	rows, err := t.tx.Query(ctx, l.findExpired, p.Limit)
 	if err != nil {
 		return time.Time{}, nil, fmt.Errorf("find expired leases: %w", err)
@@ -306,24 +298,23 @@ func (t *taskTx) reclaimExpired(ctx context.Context, l *lane, p store.ClaimParam
 	if len(found) > 0 {
 		outages = outage.Windows(now)
 	}
-	var out []leased
+	var out []store.Claimed
 	for _, e := range found {
 		released := 0
 		if store.InOutage(outages, e.expiredAt) {
 			released, e.used = 1, e.used-1
 		}
-		switch {
-		case e.cancelRequested:
+		switch state, msg := store.ExpiredEnd(e.cancelRequested, e.attempts, e.used, p.MaxAttempts); state {
+		case intent.StateCanceled:
 			if _, err := t.tx.Exec(ctx, l.cancelExpired, e.id, e.fence, t.wall); err != nil {
 				return time.Time{}, nil, fmt.Errorf("cancel expired %s: %w", l.kind, err)
 			}
-			l.counts(t).Of(e.parent).Move(intent.StateRunning, intent.StateCanceled)
-		case store.OutOfAttempts(e.used, p.MaxAttempts):
-			msg := fmt.Sprintf("attempt %d: the lease expired (the worker stopped or crashed); no attempts left", e.attempts)
+			l.counts(t).Of(e.parent).Move(intent.StateRunning, state)
+		case intent.StateFailed:
 			if _, err := t.tx.Exec(ctx, l.failExpired, e.id, e.fence, t.wall, msg); err != nil {
 				return time.Time{}, nil, fmt.Errorf("fail expired %s: %w", l.kind, err)
 			}
-			l.counts(t).Of(e.parent).Move(intent.StateRunning, intent.StateFailed)
+			l.counts(t).Of(e.parent).Move(intent.StateRunning, state)
 		default:
 			rows, err := t.tx.Query(ctx, l.reclaim, e.id, e.fence, p.Owner, expires, t.wall, released)
 			if err != nil {
@@ -343,7 +334,7 @@ func (t *taskTx) reclaimExpired(ctx context.Context, l *lane, p store.ClaimParam
 // tasks in fair-share order (claimQueuedSQL), in one transaction.
 func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) (_ []store.ClaimedTask, err error) {
 	defer s.noteLease(ctx, time.Now(), &err)
-	cs, err := claim(ctx, s, taskLane, p, func(t *taskTx, now, expires time.Time, n int) ([]leased, error) {
+	cs, err := claim(ctx, s, taskLane, p, func(t *taskTx, now, expires time.Time, n int) ([]store.Claimed, error) {
 		rows, err := t.tx.Query(ctx, claimQueuedSQL, p.Owner, expires, t.wall, now, max(2*n, 8), n, 2*n+8, skipList(p.SkipGenerators))
 		if err != nil {
 			return nil, err
@@ -353,7 +344,7 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) (_ []store.
 			return nil, err
 		}
 		for _, c := range got {
-			t.deltas.Of(c.parent).Move(intent.StateQueued, intent.StateRunning)
+			t.deltas.Of(c.Parent).Move(intent.StateQueued, intent.StateRunning)
 		}
 		for _, batch := range canceled {
 			t.deltas.Of(batch).Move(intent.StateQueued, intent.StateCanceled)
@@ -368,18 +359,10 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) (_ []store.
 
 // loadTasks reads the claimed tasks' payload: what the generator needs,
 // and its batch's spec, one slice per batch.
-func loadTasks(ctx context.Context, t *taskTx, ls []leased) ([]store.ClaimedTask, error) {
-	ids := make([]string, len(ls))
-	byID := make(map[string]int, len(ls))
-	out := make([]store.ClaimedTask, len(ls))
-	for i, l := range ls {
-		ids[i] = l.id
-		byID[l.id] = i
-		out[i] = store.ClaimedTask{Lease: store.Lease{Kind: store.KindTask, ID: l.id, Fence: l.fence},
-			BatchID: l.parent, Attempt: l.attempt, ExpiresAt: l.expires}
-	}
+func loadTasks(ctx context.Context, t *taskTx, ls []store.Claimed) ([]store.ClaimedTask, error) {
+	out, byID := store.ClaimedTasks(ls)
 	rows, err := t.tx.Query(ctx, `SELECT t.id, t.actor, t.collection, t.frame, t.generator, t.candidate, t.step, t.provider_ref, b.spec
-		FROM tasks t JOIN batches b ON b.id = t.batch_id WHERE t.id = ANY ($1)`, ids)
+		FROM tasks t JOIN batches b ON b.id = t.batch_id WHERE t.id = ANY ($1)`, store.ClaimedIDs(ls))
 	if err != nil {
 		return nil, fmt.Errorf("read claimed tasks: %w", err)
 	}
@@ -387,7 +370,7 @@ func loadTasks(ctx context.Context, t *taskTx, ls []leased) ([]store.ClaimedTask
 	var c store.ClaimedTask
 	var id string
 	if _, err := pgx.ForEachRow(rows, []any{&id, &c.Actor, &c.Collection, &c.Frame, &c.Generator, &c.Candidate, &c.Step, &c.ProviderRef, &c.Spec}, func() error {
-		o := &out[byID[id]]
+		o := byID[id]
 		o.Actor, o.Collection, o.Frame, o.Generator, o.Candidate, o.Step, o.ProviderRef = c.Actor, c.Collection, c.Frame, c.Generator, c.Candidate, c.Step, c.ProviderRef
 		spec, ok := specs[o.BatchID]
 		if !ok {
@@ -416,7 +399,7 @@ const claimItemsSQL = `UPDATE publication_items SET state = 'running', fence = f
 // first, then queued items oldest first, in one transaction.
 func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) (_ []store.ClaimedItem, err error) {
 	defer s.noteLease(ctx, time.Now(), &err)
-	cs, err := claim(ctx, s, itemLane, p, func(t *taskTx, now, expires time.Time, n int) ([]leased, error) {
+	cs, err := claim(ctx, s, itemLane, p, func(t *taskTx, now, expires time.Time, n int) ([]store.Claimed, error) {
 		rows, err := t.tx.Query(ctx, claimItemsSQL, p.Owner, expires, t.wall, now, n)
 		if err != nil {
 			return nil, err
@@ -426,10 +409,10 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) (_ []store.
 			return nil, err
 		}
 		for _, c := range got {
-			t.pubs.Of(c.parent).Move(intent.StateQueued, intent.StateRunning)
+			t.pubs.Of(c.Parent).Move(intent.StateQueued, intent.StateRunning)
 		}
 		// RETURNING keeps no order: answer in id (creation) order.
-		slices.SortFunc(got, func(a, b leased) int { return strings.Compare(a.id, b.id) })
+		slices.SortFunc(got, func(a, b store.Claimed) int { return strings.Compare(a.ID, b.ID) })
 		return got, nil
 	}, loadItems)
 	if err != nil {
@@ -440,29 +423,12 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) (_ []store.
 
 // loadItems reads the claimed items' payload: each with its publication,
 // its asset and the task that made it.
-func loadItems(ctx context.Context, t *taskTx, ls []leased) ([]store.ClaimedItem, error) {
-	ids := make([]string, len(ls))
-	for i, l := range ls {
-		ids[i] = l.id
-	}
-	items, err := queryItems(ctx, t.tx, `i.id = ANY ($1)`, ids)
+func loadItems(ctx context.Context, t *taskTx, ls []store.Claimed) ([]store.ClaimedItem, error) {
+	items, err := queryItems(ctx, t.tx, `i.id = ANY ($1)`, store.ClaimedIDs(ls))
 	if err != nil {
 		return nil, fmt.Errorf("read claimed items: %w", err)
 	}
-	byID := make(map[string]store.PublicationItem, len(items))
-	for _, it := range items {
-		byID[it.ID] = it
-	}
-	out := make([]store.ClaimedItem, len(ls))
-	for i, l := range ls {
-		out[i] = store.ClaimedItem{
-			Lease:           store.Lease{Kind: store.KindItem, ID: l.id, Fence: l.fence},
-			PublicationItem: byID[l.id],
-			Attempt:         l.attempt,
-			ExpiresAt:       l.expires,
-		}
-	}
-	return out, nil
+	return store.ClaimedItems(ls, items), nil
 }
 
 // byLane orders item indexes by lane (in lock order) and id, so
@@ -491,8 +457,8 @@ func byLane(n int, lease func(i int) store.Lease) ([]int, error) {
 func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (_ store.RenewResult, err error) {
 	defer s.noteLease(ctx, time.Now(), &err)
 	var res store.RenewResult
-	if p.Owner == "" || p.TTL <= 0 {
-		return res, fmt.Errorf("renew leases: need an owner and a ttl > 0")
+	if err := p.Check(); err != nil {
+		return res, fmt.Errorf("renew leases: %w", err)
 	}
 	if len(p.Leases) == 0 {
 		return res, nil
@@ -588,10 +554,8 @@ func (s *Store) CompleteLeases(ctx context.Context, cs []store.Completion) (_ []
 	if len(cs) == 0 {
 		return nil, nil
 	}
-	for _, c := range cs {
-		if c.Kind == store.KindTask && (c.Asset.ID == "" || c.Asset.SHA256 == "" || c.Asset.ContentType == "") {
-			return nil, fmt.Errorf("complete leases: task %s: the asset needs an id, a sha256 and a content type", c.ID)
-		}
+	if err := store.CheckCompletions(cs); err != nil {
+		return nil, fmt.Errorf("complete leases: %w", err)
 	}
 	order, err := byLane(len(cs), func(i int) store.Lease { return cs[i].Lease })
 	if err != nil {

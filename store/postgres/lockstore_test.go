@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,19 +9,8 @@ import (
 	"studio/locks/lockstest"
 	"studio/locks/pglock"
 	"studio/store/postgres/pgtest"
+	"studio/store/storetest"
 )
-
-// stoppedClock is a stopped clock for the store's tests.
-type stoppedClock struct{ ns atomic.Int64 }
-
-func newStoppedClock() *stoppedClock {
-	c := &stoppedClock{}
-	c.ns.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
-	return c
-}
-
-func (c *stoppedClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-func (c *stoppedClock) now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
 
 func openLockDB(t testing.TB, url, schema string) *Store {
 	t.Helper()
@@ -43,32 +30,16 @@ func TestLockStoreOnStudioSchema(t *testing.T) {
 	_, schema := pgtest.Schema(t)
 	db := openLockDB(t, pgtest.URL(t), schema)
 	ctx := t.Context()
-	var engines [2]*locks.Engine
-	for i := range engines {
+	var stores [2]locks.Store
+	for i := range stores {
 		ls, err := pglock.New(ctx, db.Pool())
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { ls.Close() })
-		engines[i] = locks.New(ls)
-		t.Cleanup(func() { engines[i].Close() })
+		stores[i] = ls
 	}
-	err := engines[0].Hold(ctx, "k", func(ctx context.Context, l *locks.Lease) error {
-		info, err := engines[1].Inspect(ctx, "k")
-		if err != nil || len(info.Holders) != 1 || info.Holders[0].Fence != l.Fence() {
-			t.Errorf("Inspect from the other engine: %+v, %v", info, err)
-		}
-		return engines[1].Semaphore(2).Hold(ctx, "gen", func(ctx context.Context, _ *locks.Lease) error {
-			err := engines[0].Semaphore(3).Hold(ctx, "gen", func(context.Context, *locks.Lease) error { return nil })
-			if !errors.Is(err, locks.ErrLimitConflict) {
-				t.Errorf("a second limit on one key: %v", err)
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	storetest.LockStoresMeet(t, stores[0], stores[1])
 }
 
 // TestMigratesAfterLockPackage: a schema whose lock tables pglock made

@@ -189,6 +189,18 @@ func (s *Store) PublicationItems(ctx context.Context, publicationID string) ([]s
 	return items, nil
 }
 
+// PublicationItem answers the publication's item that names the asset.
+func (s *Store) PublicationItem(ctx context.Context, publicationID, assetID string) (store.PublicationItem, error) {
+	items, err := queryItems(ctx, s.pool, `i.publication_id = $1 AND i.asset_id = $2`, publicationID, assetID)
+	if err != nil {
+		return store.PublicationItem{}, fmt.Errorf("publication item: %w", err)
+	}
+	if len(items) == 0 {
+		return store.PublicationItem{}, intent.Errorf(intent.ENotFound, "The publication has no item of asset %s.", assetID)
+	}
+	return items[0], nil
+}
+
 // applyPublicationDeltas writes the publications' new counts, in id order, in one round
 // trip.
 func applyPublicationDeltas(ctx context.Context, tx pgx.Tx, wall time.Time, d store.CountDeltas) error {

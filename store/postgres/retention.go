@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"studio/intent"
 	"studio/store"
 )
 
@@ -64,10 +63,7 @@ func (s *Store) DeleteBatch(ctx context.Context, actor, id string) (store.Delete
 		return err
 	})
 	if err != nil {
-		if intent.ErrorCode(err) != intent.EInternal {
-			return store.Deleted{}, err
-		}
-		return store.Deleted{}, fmt.Errorf("delete batch: %w", err)
+		return store.Deleted{}, store.Wrap("delete batch", err)
 	}
 	s.wakes.hub.Publish(store.DeletedWakes(id)...)
 	return d, nil
@@ -163,23 +159,11 @@ func (s *Store) UseToken(ctx context.Context, tokenHash string) (store.Token, er
 	if err != nil {
 		return store.Token{}, interpret(err)
 	}
-	now := s.now()
-	if !t.Live(now) {
-		return store.Token{}, &intent.Error{Code: intent.ENotFound, Message: "Not found."}
-	}
-	if hour := store.Hour(now); t.LastUsedAt.Before(hour) {
-		if _, err := s.pool.Exec(ctx, `UPDATE tokens SET last_used_at = $1 WHERE hash = $2
-			AND (last_used_at IS NULL OR last_used_at < $1)`, hour, tokenHash); err != nil {
-			// The hour of use is advisory: a fault of the write must not
-			// turn a live token away; the next request records it.
-			if store.FaultOf(err) == nil {
-				return store.Token{}, fmt.Errorf("record token use: %w", err)
-			}
-		} else {
-			t.LastUsedAt = hour
-		}
-	}
-	return t, nil
+	return store.UseTokenAt(t, s.now(), func(hour time.Time) error {
+		_, err := s.pool.Exec(ctx, `UPDATE tokens SET last_used_at = $1 WHERE hash = $2
+			AND (last_used_at IS NULL OR last_used_at < $1)`, hour, tokenHash)
+		return err
+	})
 }
 
 const tokenColumns = `hash, actor, label, created_at, expires_at, revoked_at, last_used_at`
@@ -246,10 +230,7 @@ func (s *Store) RevokeToken(ctx context.Context, id string) (store.Token, error)
 		return interpret(err)
 	})
 	if err != nil {
-		if intent.ErrorCode(err) != intent.EInternal {
-			return store.Token{}, err
-		}
-		return store.Token{}, fmt.Errorf("revoke token: %w", err)
+		return store.Token{}, store.Wrap("revoke token", err)
 	}
 	return t, nil
 }

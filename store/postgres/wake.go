@@ -6,10 +6,10 @@ import (
 	"encoding/hex"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"studio/locks/pglock/pglisten"
 	"studio/wake"
 )
 
@@ -81,12 +81,6 @@ func decodePayload(p string) (origin, schema string, evs []wake.Event, ok bool) 
 	return origin, schema, evs, ok
 }
 
-// Listener reconnection backoff.
-const (
-	listenBackoffMin = 100 * time.Millisecond
-	listenBackoffMax = 5 * time.Second
-)
-
 // resync is what a listener publishes when its LISTEN is up again: what
 // was sent while it was down is lost, so every subscriber looks once.
 var resync = wake.Event{Kind: wake.All}
@@ -97,53 +91,19 @@ var resync = wake.Event{Kind: wake.All}
 // hub. A lost connection is made again (with a backoff); the subscribers'
 // polls cover the gap, and each new LISTEN wakes them once.
 func (s *Store) listen(ctx context.Context) {
-	backoff := listenBackoffMin
-	for ctx.Err() == nil {
-		err := s.listenConn(ctx, func() { backoff = listenBackoffMin })
-		if ctx.Err() != nil || err == nil {
-			return
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, listenBackoffMax)
-	}
-}
-
-// listenConn runs one listening connection until it fails or ctx ends. It
-// takes no connection of the pool (that would hold one for good): it
-// opens its own with the pool's settings.
-func (s *Store) listenConn(ctx context.Context, up func()) error {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{WakeChannel}.Sanitize()); err != nil {
-		return err
-	}
-	up()
 	w := s.wakes
-	w.pid.Store(conn.PgConn().PID())
-	if w.listens.Add(1) > 1 {
-		w.hub.Publish(resync)
-	}
-	if w.onListen != nil {
-		w.onListen()
-	}
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
+	pglisten.Run(ctx, s.pool.Config().ConnConfig, WakeChannel, func(pid uint32) {
+		w.pid.Store(pid)
+		if w.listens.Add(1) > 1 {
+			w.hub.Publish(resync)
 		}
-		origin, schema, evs, ok := decodePayload(n.Payload)
-		if !ok || schema != s.schema || origin == w.origin {
-			continue
+		if w.onListen != nil {
+			w.onListen()
 		}
-		w.hub.Publish(evs...)
-	}
+	}, func(payload string) {
+		origin, schema, evs, ok := decodePayload(payload)
+		if ok && schema == s.schema && origin != w.origin {
+			w.hub.Publish(evs...)
+		}
+	})
 }

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,54 +12,6 @@ import (
 
 	"studio/intent"
 )
-
-// TestCommitWaitEndsWithContext: a commit waiting for the write lock,
-// which another connection holds, ends with its context's error when the
-// context ends, not after the busy timeout (10 s), and once the lock is
-// free the same store commits (its connection and statements still good).
-func TestCommitWaitEndsWithContext(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "studio.db")
-	s, err := Open(ctx, Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	in := oneTaskIntent
-	// The statements are prepared before the lock is taken elsewhere.
-	if _, _, err := s.CreateIntent(ctx, in("first")); err != nil {
-		t.Fatal(err)
-	}
-	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	holder, err := other.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := holder.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
-	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	_, _, err = s.CreateIntent(short, in("second"))
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("commit while another connection writes: %v; want the context's deadline", err)
-	}
-	if _, err := holder.ExecContext(ctx, "ROLLBACK"); err != nil {
-		t.Fatal(err)
-	}
-	holder.Close()
-	if _, created, err := s.CreateIntent(ctx, in("second")); err != nil || !created {
-		t.Fatalf("commit once the lock is free: created %v, %v", created, err)
-	}
-	if _, err := s.LookupIntent(ctx, "alice", "second"); err != nil {
-		t.Fatalf("the committed binding: %v", err)
-	}
-}
 
 // lateCtx is a context whose end lands while a statement runs: its first
 // Done (the driver's check before it starts) is open, and each later one
@@ -103,11 +54,7 @@ func TestCommitCanceledAtBeginKeepsNoLock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "studio.db")
-	s, err := Open(ctx, Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, path)
 	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(1000)")
 	if err != nil {
 		t.Fatal(err)
@@ -140,11 +87,7 @@ func TestDroppedConnectionsAreClosed(t *testing.T) {
 	}
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "studio.db")
-	s, err := Open(ctx, Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, path)
 	open := func() int {
 		ents, _ := os.ReadDir("/proc/self/fd")
 		n := 0

@@ -75,16 +75,14 @@ func TestClassifyBusy(t *testing.T) {
 // long for a lock another process holds, not the busy timeout, and
 // answers a FaultBusy: through the intent commit (below database/sql) and
 // through a database/sql transaction (a cancel). A context without the
-// bound still waits, and its own deadline is no fault.
+// bound still waits, and its own deadline ends the wait (not the busy
+// timeout, 10 s) as no fault. Once the lock is free, the same store
+// commits: its connection and statements are still good.
 func TestWaitBound(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "studio.db")
-	s, err := Open(ctx, Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, path)
 	in := oneTaskIntent
 	b, _, err := s.CreateIntent(ctx, in("first"))
 	if err != nil {
@@ -109,6 +107,9 @@ func TestWaitBound(t *testing.T) {
 	release()
 	if _, created, err := s.CreateIntent(ctx, in("second")); err != nil || !created {
 		t.Fatalf("commit once the lock is free: %v %v", created, err)
+	}
+	if _, err := s.LookupIntent(ctx, "alice", "second"); err != nil {
+		t.Fatalf("the committed binding: %v", err)
 	}
 	if _, err := s.CancelBatch(ctx, "alice", b.ResourceID); err != nil {
 		t.Fatalf("cancel once the lock is free: %v", err)

@@ -180,22 +180,17 @@ func laneOf(k store.Kind) (*lane, error) {
 	return nil, fmt.Errorf("no lease queue of kind %q", k)
 }
 
-// leased is a row under a fresh lease.
-type leased struct {
-	id, parent string
-	fence      int64
-	attempt    int
-	expires    int64
-}
-
-func scanLeased(rows *rows) ([]leased, error) {
+// scanLeased reads claimed rows (leasedColumns).
+func scanLeased(rows *rows) ([]store.Claimed, error) {
 	defer rows.Close()
-	var out []leased
+	var out []store.Claimed
 	for rows.Next() {
-		var l leased
-		if err := rows.Scan(&l.id, &l.parent, &l.fence, &l.attempt, &l.expires); err != nil {
+		var l store.Claimed
+		var expires int64
+		if err := rows.Scan(&l.ID, &l.Parent, &l.Fence, &l.Attempt, &expires); err != nil {
 			return nil, err
 		}
+		l.ExpiresAt = fromMS(expires)
 		out = append(out, l)
 	}
 	return out, rows.Err()
@@ -208,10 +203,10 @@ func scanLeased(rows *rows) ([]leased, error) {
 // asked first, and the write lock taken only when there may be something
 // to claim.
 func claim[C any](ctx context.Context, s *Store, l *lane, p store.ClaimParams,
-	queued func(t *leaseTx, expires int64, n int) ([]leased, error),
-	load func(t *leaseTx, ls []leased) ([]C, error)) ([]C, error) {
-	if p.Owner == "" || p.Limit < 1 || p.TTL <= 0 {
-		return nil, fmt.Errorf("need an owner, a limit >= 1 and a ttl > 0")
+	queued func(t *leaseTx, expires int64, n int) ([]store.Claimed, error),
+	load func(t *leaseTx, ls []store.Claimed) ([]C, error)) ([]C, error) {
+	if err := p.Check(); err != nil {
+		return nil, err
 	}
 	var maybe bool
 	if err := s.read(ctx, func(t *tx) error { return t.queryRow(l.claimable).Scan(&maybe) }); err != nil {
@@ -244,7 +239,7 @@ func claim[C any](ctx context.Context, s *Store, l *lane, p store.ClaimParams,
 
 // takeQueued runs a claim of queued rows (claimQueued, claimParent) and
 // moves the counts of what it took.
-func (t *leaseTx) takeQueued(l *lane, q string, args ...any) ([]leased, error) {
+func (t *leaseTx) takeQueued(l *lane, q string, args ...any) ([]store.Claimed, error) {
 	rows, err := t.query(q, args...)
 	if err != nil {
 		return nil, err
@@ -254,7 +249,7 @@ func (t *leaseTx) takeQueued(l *lane, q string, args ...any) ([]leased, error) {
 		return nil, err
 	}
 	for _, g := range got {
-		l.counts(t).Of(g.parent).Move(intent.StateQueued, intent.StateRunning)
+		l.counts(t).Of(g.Parent).Move(intent.StateQueued, intent.StateRunning)
 	}
 	return got, nil
 }
@@ -266,7 +261,7 @@ func (t *leaseTx) takeQueued(l *lane, q string, args ...any) ([]leased, error) {
 // A lease that expired in one of outages (the windows in which this
 // process's lease calls could not get through, store.LeaseOutage) is
 // taken back as released: its try does not count against the attempts.
-func (t *leaseTx) reclaimExpired(l *lane, p store.ClaimParams, expires int64, outages []store.Window) ([]leased, error) {
+func (t *leaseTx) reclaimExpired(l *lane, p store.ClaimParams, expires int64, outages []store.Window) ([]store.Claimed, error) {
 	rows, err := t.query(l.findExpired, t.now, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("find expired leases: %w", err)
@@ -293,24 +288,23 @@ func (t *leaseTx) reclaimExpired(l *lane, p store.ClaimParams, expires int64, ou
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	var out []leased
+	var out []store.Claimed
 	for _, e := range found {
 		released := 0
 		if store.InOutage(outages, fromMS(e.expiredAt)) {
 			released, e.used = 1, e.used-1
 		}
-		switch {
-		case e.cancelRequested:
+		switch state, msg := store.ExpiredEnd(e.cancelRequested, e.attempts, e.used, p.MaxAttempts); state {
+		case intent.StateCanceled:
 			if _, err := t.exec(l.cancelExpired, t.wall, e.id, e.fence); err != nil {
 				return nil, fmt.Errorf("cancel expired %s: %w", l.kind, err)
 			}
-			l.counts(t).Of(e.parent).Move(intent.StateRunning, intent.StateCanceled)
-		case store.OutOfAttempts(e.used, p.MaxAttempts):
-			msg := fmt.Sprintf("attempt %d: the lease expired (the worker stopped or crashed); no attempts left", e.attempts)
+			l.counts(t).Of(e.parent).Move(intent.StateRunning, state)
+		case intent.StateFailed:
 			if _, err := t.exec(l.failExpired, msg, t.wall, e.id, e.fence); err != nil {
 				return nil, fmt.Errorf("fail expired %s: %w", l.kind, err)
 			}
-			l.counts(t).Of(e.parent).Move(intent.StateRunning, intent.StateFailed)
+			l.counts(t).Of(e.parent).Move(intent.StateRunning, state)
 		default:
 			rows, err := t.query(l.reclaim, released, p.Owner, expires, t.wall, e.id, e.fence)
 			if err != nil {
@@ -330,7 +324,7 @@ func (t *leaseTx) reclaimExpired(l *lane, p store.ClaimParams, expires int64, ou
 // tasks in fair-share order (claimFairShare), in one transaction.
 func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) (_ []store.ClaimedTask, err error) {
 	defer s.noteLease(ctx, time.Now(), &err)
-	cs, err := claim(ctx, s, taskLane, p, func(t *leaseTx, expires int64, n int) ([]leased, error) {
+	cs, err := claim(ctx, s, taskLane, p, func(t *leaseTx, expires int64, n int) ([]store.Claimed, error) {
 		return t.claimFairShare(p.Owner, expires, n, skipJSON(p.SkipGenerators))
 	}, (*leaseTx).loadTasks)
 	if err != nil {
@@ -343,7 +337,7 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) (_ []store.
 // first, then queued items oldest first, in one transaction.
 func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) (_ []store.ClaimedItem, err error) {
 	defer s.noteLease(ctx, time.Now(), &err)
-	cs, err := claim(ctx, s, itemLane, p, func(t *leaseTx, expires int64, n int) ([]leased, error) {
+	cs, err := claim(ctx, s, itemLane, p, func(t *leaseTx, expires int64, n int) ([]store.Claimed, error) {
 		return t.takeQueued(itemLane, itemLane.claimQueued, p.Owner, expires, t.wall, t.now, n)
 	}, (*leaseTx).loadItems)
 	if err != nil {
@@ -353,18 +347,14 @@ func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) (_ []store.
 }
 
 // idsJSON is the ids of ls as a JSON array, for json_each.
-func idsJSON(ls []leased) (string, error) {
-	ids := make([]string, len(ls))
-	for i, l := range ls {
-		ids[i] = l.id
-	}
-	b, err := json.Marshal(ids)
+func idsJSON(ls []store.Claimed) (string, error) {
+	b, err := json.Marshal(store.ClaimedIDs(ls))
 	return string(b), err
 }
 
 // loadTasks reads the claimed tasks' payload: what the generator needs,
 // and each batch's spec once, shared among its tasks.
-func (t *leaseTx) loadTasks(ls []leased) ([]store.ClaimedTask, error) {
+func (t *leaseTx) loadTasks(ls []store.Claimed) ([]store.ClaimedTask, error) {
 	ids, err := idsJSON(ls)
 	if err != nil {
 		return nil, err
@@ -374,13 +364,7 @@ func (t *leaseTx) loadTasks(ls []leased) ([]store.ClaimedTask, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read claimed tasks: %w", err)
 	}
-	byID := make(map[string]*store.ClaimedTask, len(ls))
-	out := make([]store.ClaimedTask, len(ls))
-	for i, l := range ls {
-		out[i] = store.ClaimedTask{Lease: store.Lease{Kind: store.KindTask, ID: l.id, Fence: l.fence},
-			BatchID: l.parent, Attempt: l.attempt, ExpiresAt: fromMS(l.expires)}
-		byID[l.id] = &out[i]
-	}
+	out, byID := store.ClaimedTasks(ls)
 	for rows.Next() {
 		var id string
 		var c store.ClaimedTask
@@ -415,7 +399,7 @@ func (t *leaseTx) loadTasks(ls []leased) ([]store.ClaimedTask, error) {
 
 // loadItems reads the claimed items' payload: each with its publication,
 // its asset and the task that made it.
-func (t *leaseTx) loadItems(ls []leased) ([]store.ClaimedItem, error) {
+func (t *leaseTx) loadItems(ls []store.Claimed) ([]store.ClaimedItem, error) {
 	ids, err := idsJSON(ls)
 	if err != nil {
 		return nil, err
@@ -424,28 +408,15 @@ func (t *leaseTx) loadItems(ls []leased) ([]store.ClaimedItem, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read claimed items: %w", err)
 	}
-	byID := make(map[string]store.PublicationItem, len(items))
-	for _, it := range items {
-		byID[it.ID] = it
-	}
-	out := make([]store.ClaimedItem, len(ls))
-	for i, l := range ls {
-		out[i] = store.ClaimedItem{
-			Lease:           store.Lease{Kind: store.KindItem, ID: l.id, Fence: l.fence},
-			PublicationItem: byID[l.id],
-			Attempt:         l.attempt,
-			ExpiresAt:       fromMS(l.expires),
-		}
-	}
-	return out, nil
+	return store.ClaimedItems(ls, items), nil
 }
 
 // RenewLeases extends the owner's live leases.
 func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (_ store.RenewResult, err error) {
 	defer s.noteLease(ctx, time.Now(), &err)
 	var res store.RenewResult
-	if p.Owner == "" || p.TTL <= 0 {
-		return res, fmt.Errorf("renew leases: need an owner and a ttl > 0")
+	if err := p.Check(); err != nil {
+		return res, fmt.Errorf("renew leases: %w", err)
 	}
 	if len(p.Leases) == 0 {
 		return res, nil
@@ -514,10 +485,8 @@ func (s *Store) CompleteLeases(ctx context.Context, cs []store.Completion) (_ []
 	if len(cs) == 0 {
 		return nil, nil
 	}
-	for _, c := range cs {
-		if c.Kind == store.KindTask && (c.Asset.ID == "" || c.Asset.SHA256 == "" || c.Asset.ContentType == "") {
-			return nil, fmt.Errorf("complete leases: task %s: the asset needs an id, a sha256 and a content type", c.ID)
-		}
+	if err := store.CheckCompletions(cs); err != nil {
+		return nil, fmt.Errorf("complete leases: %w", err)
 	}
 	out := make([]store.CompletionResult, len(cs))
 	err = s.leaseWrite(ctx, func(t *leaseTx) error {
@@ -646,7 +615,7 @@ const activeBatchesSQL = `SELECT b.id, b.actor FROM batches b
 // others, in another round. All of it runs in the claim's IMMEDIATE
 // transaction, so no other claim sees the tasks between the choice and
 // the update.
-func (t *leaseTx) claimFairShare(owner string, expires int64, n int, skip string) ([]leased, error) {
+func (t *leaseTx) claimFairShare(owner string, expires int64, n int, skip string) ([]store.Claimed, error) {
 	rows, err := t.query(activeBatchesSQL, t.now, skip, max(4*n, 64))
 	if err != nil {
 		return nil, fmt.Errorf("find active batches: %w", err)
@@ -673,7 +642,7 @@ func (t *leaseTx) claimFairShare(owner string, expires int64, n int, skip string
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	var out []leased
+	var out []store.Claimed
 	for len(out) < n && len(actors) > 0 {
 		for _, sh := range roundRobin(actors, n-len(out)) {
 			got, err := t.takeQueued(taskLane, taskLane.claimParent, owner, expires, t.wall, sh.batch, t.now, skip, sh.n)

@@ -1,8 +1,6 @@
 package sqlite
 
 import (
-	"context"
-	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,6 +8,7 @@ import (
 	"studio/locks"
 	"studio/locks/lockstest"
 	"studio/locks/sqlitelock"
+	"studio/store/storetest"
 )
 
 // TestLockStoreOnStudioDatabase: the lock store studio wires (sqlitelock
@@ -19,37 +18,16 @@ import (
 func TestLockStoreOnStudioDatabase(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "studio.db")
 	ctx := t.Context()
-	var engines [2]*locks.Engine
-	for i := range engines {
-		s, err := Open(ctx, Config{Path: path})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		ls, err := sqlitelock.New(ctx, s.DB())
+	var stores [2]locks.Store
+	for i := range stores {
+		ls, err := sqlitelock.New(ctx, openStore(t, path).DB())
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { ls.Close() })
-		engines[i] = locks.New(ls)
-		t.Cleanup(func() { engines[i].Close() })
+		stores[i] = ls
 	}
-	err := engines[0].Hold(ctx, "k", func(ctx context.Context, l *locks.Lease) error {
-		info, err := engines[1].Inspect(ctx, "k")
-		if err != nil || len(info.Holders) != 1 || info.Holders[0].Fence != l.Fence() {
-			t.Errorf("Inspect from the other engine: %+v, %v", info, err)
-		}
-		return engines[1].Semaphore(2).Hold(ctx, "gen", func(ctx context.Context, _ *locks.Lease) error {
-			err := engines[0].Semaphore(3).Hold(ctx, "gen", func(context.Context, *locks.Lease) error { return nil })
-			if !errors.Is(err, locks.ErrLimitConflict) {
-				t.Errorf("a second limit on one key: %v", err)
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	storetest.LockStoresMeet(t, stores[0], stores[1])
 }
 
 // TestMigratesAfterLockPackage: a database whose lock tables sqlitelock

@@ -171,3 +171,19 @@ func (s *Store) PublicationItems(ctx context.Context, publicationID string) ([]s
 	}
 	return items, nil
 }
+
+// PublicationItem answers the publication's item that names the asset.
+func (s *Store) PublicationItem(ctx context.Context, publicationID, assetID string) (store.PublicationItem, error) {
+	var items []store.PublicationItem
+	err := s.read(ctx, func(t *tx) (err error) {
+		items, err = queryItems(t, `i.publication_id = ? AND i.asset_id = ?`, publicationID, assetID)
+		return err
+	})
+	if err != nil {
+		return store.PublicationItem{}, fmt.Errorf("publication item: %w", err)
+	}
+	if len(items) == 0 {
+		return store.PublicationItem{}, intent.Errorf(intent.ENotFound, "The publication has no item of asset %s.", assetID)
+	}
+	return items[0], nil
+}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"studio/intent"
-	"studio/store"
 	"studio/store/sqlite"
 	"studio/store/storetest"
 )
@@ -24,7 +23,7 @@ func BenchmarkPublicationCommit(b *testing.B) {
 		for _, kind := range []string{"intent", "floor"} {
 			b.Run(fmt.Sprintf("items=%d/%s", n, kind), func(b *testing.B) {
 				s := openBench(b, sqlite.SyncFull)
-				batch, assets := madeAssets(b, s, n)
+				batch, assets := storetest.BatchWithAssets(b, s, "alice", "gen", n)
 				ins := make([]intent.NewIntent, b.N)
 				for i := range ins {
 					ins[i] = storetest.PublicationIntent(b, "alice", fmt.Sprintf("pub-%d", i), "fp", batch, assets, intent.ChannelGallery)
@@ -124,35 +123,4 @@ func floorUpload(s *sqlite.Store, in intent.NewUpload) error {
 		return err
 	}
 	return tx.Commit()
-}
-
-// madeAssets makes a batch of n tasks for alice and completes each with an
-// asset; it returns the batch id and the asset ids.
-func madeAssets(b *testing.B, s *sqlite.Store, n int) (string, []string) {
-	b.Helper()
-	ctx := context.Background()
-	in := storetest.Intent(b, "alice", "gen", "fp", n)
-	if _, _, err := s.CreateIntent(ctx, in); err != nil {
-		b.Fatal(err)
-	}
-	var ids []string
-	for len(ids) < n {
-		cs, err := s.ClaimTasks(ctx, store.ClaimParams{Owner: "bench", Limit: 100, TTL: time.Minute})
-		if err != nil || len(cs) == 0 {
-			b.Fatalf("claim: %d %v", len(cs), err)
-		}
-		comps := make([]store.Completion, len(cs))
-		for i, c := range cs {
-			id, _ := intent.NewID()
-			comps[i] = store.Completion{Lease: c.Lease, Asset: intent.Asset{ID: id, SHA256: strings.Repeat("a", 64), ContentType: "image/png", Size: 1, Width: 1, Height: 1}}
-		}
-		res, err := s.CompleteLeases(ctx, comps)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, r := range res {
-			ids = append(ids, r.AssetID)
-		}
-	}
-	return in.Batch.ID, ids
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"studio/intent"
 	"studio/store"
 )
 
@@ -50,10 +49,7 @@ func (s *Store) DeleteBatch(ctx context.Context, actor, id string) (store.Delete
 		return err
 	})
 	if err != nil {
-		if intent.ErrorCode(err) != intent.EInternal {
-			return store.Deleted{}, err
-		}
-		return store.Deleted{}, fmt.Errorf("delete batch: %w", err)
+		return store.Deleted{}, store.Wrap("delete batch", err)
 	}
 	s.wake.Publish(store.DeletedWakes(id)...)
 	return d, nil
@@ -165,44 +161,21 @@ func (s *Store) ActorForToken(ctx context.Context, tokenHash string) (string, er
 // UseToken reads a live token and records its use to the hour: one point
 // read, and a write only when the hour moved on.
 func (s *Store) UseToken(ctx context.Context, tokenHash string) (store.Token, error) {
-	t := store.Token{ID: store.TokenID(tokenHash)}
-	var created, expires, revoked, used int64
-	if err := s.read(ctx, func(tx *tx) error {
-		return tx.queryRow(`SELECT actor, label, created_at, COALESCE(expires_at, 0), COALESCE(revoked_at, 0),
-			COALESCE(last_used_at, 0) FROM tokens WHERE hash = ?`, tokenHash).
-			Scan(&t.Actor, &t.Label, &created, &expires, &revoked, &used)
+	var t store.Token
+	if err := s.read(ctx, func(tx *tx) (err error) {
+		t, err = scanToken(tx.queryRow(`SELECT `+tokenColumns+` FROM tokens WHERE hash = ?`, tokenHash))
+		return err
 	}); err != nil {
 		return store.Token{}, interpret(err)
 	}
-	t.CreatedAt = fromMS(created)
-	for _, f := range []struct {
-		v  int64
-		to *time.Time
-	}{{expires, &t.ExpiresAt}, {revoked, &t.RevokedAt}, {used, &t.LastUsedAt}} {
-		if f.v != 0 {
-			*f.to = fromMS(f.v)
-		}
-	}
-	now := s.now()
-	if !t.Live(now) {
-		return store.Token{}, &intent.Error{Code: intent.ENotFound, Message: "Not found."}
-	}
-	if hour := store.Hour(now); t.LastUsedAt.Before(hour) {
-		if err := s.write(ctx, func(tx *tx) error {
+	return store.UseTokenAt(t, s.now(), func(hour time.Time) error {
+		// A database too busy for the write (another writer holds the
+		// lock) is a fault: the token still works.
+		return s.write(ctx, func(tx *tx) error {
 			_, err := tx.exec(`UPDATE tokens SET last_used_at = ?1 WHERE hash = ?2 AND COALESCE(last_used_at, 0) < ?1`, ms(hour), tokenHash)
 			return err
-		}); err != nil {
-			// The hour of use is advisory: a database too busy for the
-			// write (another writer holds the lock) must not turn a live
-			// token away; the next request records it.
-			if store.FaultOf(err) == nil {
-				return store.Token{}, fmt.Errorf("record token use: %w", err)
-			}
-		} else {
-			t.LastUsedAt = hour
-		}
-	}
-	return t, nil
+		})
+	})
 }
 
 // ListTokens lists tokens oldest first.
@@ -272,10 +245,7 @@ func (s *Store) RevokeToken(ctx context.Context, id string) (store.Token, error)
 		return interpret(err)
 	})
 	if err != nil {
-		if intent.ErrorCode(err) != intent.EInternal {
-			return store.Token{}, err
-		}
-		return store.Token{}, fmt.Errorf("revoke token: %w", err)
+		return store.Token{}, store.Wrap("revoke token", err)
 	}
 	return tok, nil
 }

@@ -327,7 +327,7 @@ func testChangesEveryPath(t *testing.T, h Harness) {
 	}
 	expect("renewal") // nothing
 	sleepPast(short)
-	again := claimUntil(t, s, "w2", cs[0].ID, store.ClaimParams{TTL: longTTL})
+	again := claimUntil(t, s.ClaimTasks, "w2", cs[0].ID, store.ClaimParams{TTL: longTTL})
 	expect("reclaim", cs[0].ID)
 	// An expired lease out of attempts: failed.
 	if _, err := s.RenewLeases(ctx(t), store.RenewParams{Owner: "w2", Leases: []store.Lease{again.Lease}, TTL: short}); err != nil {

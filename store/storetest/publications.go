@@ -22,10 +22,21 @@ func publicationStore(t *testing.T, h Harness) (store.Store, store.PublicationSt
 	return s, s
 }
 
+// newPublication makes a store with alice's publication "pub" of a batch
+// of n assets on the channel.
+func newPublication(t *testing.T, h Harness, n int, channel string) (store.Store, intent.NewIntent) {
+	t.Helper()
+	s := h.New(t)
+	batch, assets := BatchWithAssets(t, s, "alice", "gen", n)
+	in := PublicationIntent(t, "alice", "pub", "fp", batch, assets, channel)
+	mustCreate(t, s, in)
+	return s, in
+}
+
 // BatchWithAssets creates a generation intent of n tasks for the actor and
 // completes every task with an asset (through the task leases); it returns
 // the batch id and the asset ids in plan order.
-func BatchWithAssets(t *testing.T, s store.Store, actor, requestID string, n int) (string, []string) {
+func BatchWithAssets(t testing.TB, s store.Store, actor, requestID string, n int) (string, []string) {
 	t.Helper()
 	in := Intent(t, actor, requestID, "fp-"+requestID, n)
 	mustCreate(t, s, in)
@@ -93,18 +104,7 @@ func checkItemCounts(t *testing.T, ps store.PublicationStore, actor, id string) 
 	}
 	var c intent.Counts
 	for _, it := range items {
-		switch it.State {
-		case intent.StateQueued:
-			c.Queued++
-		case intent.StateRunning:
-			c.Running++
-		case intent.StateSucceeded:
-			c.Succeeded++
-		case intent.StateFailed:
-			c.Failed++
-		default:
-			t.Fatalf("item %s in state %q", it.ID, it.State)
-		}
+		count(t, &c, it.ID, it.State)
 	}
 	if p.Counts != c || p.ItemCount != len(items) {
 		t.Fatalf("publication counts %+v (item_count %d), items say %+v (%d)", p.Counts, p.ItemCount, c, len(items))
@@ -114,33 +114,7 @@ func checkItemCounts(t *testing.T, ps store.PublicationStore, actor, id string) 
 
 func claimItems(t *testing.T, ps store.PublicationStore, owner string, limit int, ttl time.Duration) []store.ClaimedItem {
 	t.Helper()
-	cs, err := ps.ClaimItems(ctx(t), store.ClaimParams{Owner: owner, Limit: limit, TTL: ttl})
-	if err != nil {
-		t.Fatalf("ClaimItems: %v", err)
-	}
-	return cs
-}
-
-// claimItemUntil claims (one at a time) until the item comes back.
-func claimItemUntil(t *testing.T, ps store.PublicationStore, owner, itemID string, p store.ClaimParams) store.ClaimedItem {
-	t.Helper()
-	p.Owner, p.Limit = owner, 1
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		cs, err := ps.ClaimItems(ctx(t), p)
-		if err != nil {
-			t.Fatalf("ClaimItems: %v", err)
-		}
-		for _, c := range cs {
-			if c.Lease.ID == itemID {
-				return c
-			}
-			t.Fatalf("claimed %s while waiting for %s", c.Lease.ID, itemID)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("item %s never became claimable again", itemID)
-	return store.ClaimedItem{}
+	return claimOf(t, ps.ClaimItems, store.ClaimParams{Owner: owner, Limit: limit, TTL: ttl})
 }
 
 func testPublicationCreateThenReplay(t *testing.T, h Harness) {
@@ -166,6 +140,15 @@ func testPublicationCreateThenReplay(t *testing.T, h Harness) {
 			it.Frame == "" || it.Generator == "" || it.Collection != "walk" || it.Candidate != 1 || it.Asset.SHA256 == "" {
 			t.Fatalf("item %d = %+v", i, it)
 		}
+		if one, err := ps.PublicationItem(ctx(t), p.ID, it.Asset.ID); err != nil || one.ID != it.ID || one.Asset.ID != it.Asset.ID || one.Asset.SHA256 != it.Asset.SHA256 || one.State != it.State || one.Frame != it.Frame {
+			t.Fatalf("PublicationItem(%s) = %+v, %v; want %+v", it.Asset.ID, one, err, it)
+		}
+	}
+	if _, err := ps.PublicationItem(ctx(t), p.ID, assets[3]); intent.ErrorCode(err) != intent.ENotFound {
+		t.Fatalf("PublicationItem of an asset not published: %v, want ENotFound", err)
+	}
+	if _, err := ps.PublicationItem(ctx(t), "no-such-publication", assets[0]); intent.ErrorCode(err) != intent.ENotFound {
+		t.Fatalf("PublicationItem of a missing publication: %v, want ENotFound", err)
 	}
 
 	// A retry carries new ids; the store keeps the first tree.
@@ -289,10 +272,7 @@ func testPublicationAssetRules(t *testing.T, h Harness) {
 }
 
 func testPublicationActorScoping(t *testing.T, h Harness) {
-	s, ps := publicationStore(t, h)
-	batch, assets := BatchWithAssets(t, s, "alice", "gen", 1)
-	in := PublicationIntent(t, "alice", "pub", "fp", batch, assets, intent.ChannelGallery)
-	mustCreate(t, s, in)
+	ps, in := newPublication(t, h, 1, intent.ChannelGallery)
 	if _, err := ps.GetPublication(ctx(t), "bob", in.Publication.ID); intent.ErrorCode(err) != intent.ENotFound {
 		t.Fatalf("bob reads alice's publication: %v", err)
 	}
@@ -304,10 +284,7 @@ func testPublicationActorScoping(t *testing.T, h Harness) {
 // testItemLeases: claims bump fences; completions are fenced; the counts
 // and the publication's state follow.
 func testItemLeases(t *testing.T, h Harness) {
-	s, ps := publicationStore(t, h)
-	batch, assets := BatchWithAssets(t, s, "alice", "gen", 3)
-	in := PublicationIntent(t, "alice", "pub", "fp", batch, assets, intent.ChannelGallery)
-	mustCreate(t, s, in)
+	ps, in := newPublication(t, h, 3, intent.ChannelGallery)
 	cs := claimItems(t, ps, "w1", 2, longTTL)
 	if len(cs) != 2 {
 		t.Fatalf("claimed %d, want 2", len(cs))
@@ -354,10 +331,7 @@ func testItemLeases(t *testing.T, h Harness) {
 // testItemExpiry: an expired lease is claimed again under a higher fence;
 // every write under the old fence changes nothing.
 func testItemExpiry(t *testing.T, h Harness) {
-	s, ps := publicationStore(t, h)
-	batch, assets := BatchWithAssets(t, s, "alice", "gen", 1)
-	in := PublicationIntent(t, "alice", "pub", "fp", batch, assets, intent.ChannelGallery)
-	mustCreate(t, s, in)
+	ps, in := newPublication(t, h, 1, intent.ChannelGallery)
 	// Claimed and renewed under a long lease (a loaded machine may take
 	// longer than a short one between the calls), then renewed once more
 	// under a short one that runs out.
@@ -374,7 +348,7 @@ func testItemExpiry(t *testing.T, h Harness) {
 		t.Fatalf("renew under a short lease: %+v, %v", res, err)
 	}
 	sleepPast(ttl)
-	cur := claimItemUntil(t, ps, "w2", old.Lease.ID, store.ClaimParams{TTL: longTTL})
+	cur := claimUntil(t, ps.ClaimItems, "w2", old.Lease.ID, store.ClaimParams{TTL: longTTL})
 	if cur.Fence <= old.Fence || cur.Attempt != 2 {
 		t.Fatalf("reclaim fence %d attempt %d, old fence %d", cur.Fence, cur.Attempt, old.Fence)
 	}
@@ -382,18 +356,7 @@ func testItemExpiry(t *testing.T, h Harness) {
 	if before.Counts.Running != 1 {
 		t.Fatalf("a reclaim moved the counts: %+v", before.Counts)
 	}
-	if res, err := ps.RenewLeases(ctx(t), store.RenewParams{Owner: "w1", Leases: []store.Lease{old.Lease}, TTL: ttl}); err != nil || len(res.Lost) != 1 {
-		t.Fatalf("renew with the old fence: %+v, %v", res, err)
-	}
-	if errs, err := completeItems(ctx(t), ps, []store.Lease{old.Lease}); err != nil || !errors.Is(errs[0], store.ErrLeaseLost) {
-		t.Fatalf("complete with the old fence: %v %v", errs, err)
-	}
-	if _, err := ps.FailLease(ctx(t), store.Failure{Lease: old.Lease, Error: "x", Permanent: true}); !errors.Is(err, store.ErrLeaseLost) {
-		t.Fatalf("fail with the old fence: %v", err)
-	}
-	if errs, err := ps.ReleaseLeases(ctx(t), []store.Lease{old.Lease}); err != nil || !errors.Is(errs[0], store.ErrLeaseLost) {
-		t.Fatalf("release with the old fence: %v %v", errs, err)
-	}
+	wantLeaseLost(t, ps, "w1", store.Completion{Lease: old.Lease})
 	if after := checkItemCounts(t, ps, "alice", in.Publication.ID); after.Counts != before.Counts {
 		t.Fatalf("old-fence writes changed the counts: %+v -> %+v", before.Counts, after.Counts)
 	}
@@ -409,10 +372,7 @@ func testItemExpiry(t *testing.T, h Harness) {
 // one, or the last attempt, fails the item with its error; a publication
 // whose items all ended with a failure among them is failed.
 func testItemFailures(t *testing.T, h Harness) {
-	s, ps := publicationStore(t, h)
-	batch, assets := BatchWithAssets(t, s, "alice", "gen", 2)
-	in := PublicationIntent(t, "alice", "pub", "fp", batch, assets, intent.ChannelWebhook)
-	mustCreate(t, s, in)
+	ps, in := newPublication(t, h, 2, intent.ChannelWebhook)
 	cs := claimItems(t, ps, "w1", 2, longTTL)
 	state, err := ps.FailLease(ctx(t), store.Failure{Lease: cs[0].Lease, Error: "503 from the receiver", MaxAttempts: 2, Backoff: time.Hour})
 	if err != nil || state != intent.StateQueued {
@@ -436,15 +396,12 @@ func testItemFailures(t *testing.T, h Harness) {
 
 	// A short backoff: the item comes back, and its second failure is its
 	// last.
-	s2, ps2 := publicationStore(t, h)
-	batch2, assets2 := BatchWithAssets(t, s2, "alice", "gen", 1)
-	in2 := PublicationIntent(t, "alice", "pub", "fp", batch2, assets2, intent.ChannelWebhook)
-	mustCreate(t, s2, in2)
+	ps2, in2 := newPublication(t, h, 1, intent.ChannelWebhook)
 	c := claimItems(t, ps2, "w1", 1, longTTL)[0]
 	if state, err := ps2.FailLease(ctx(t), store.Failure{Lease: c.Lease, Error: "timeout", MaxAttempts: 2, Backoff: 50 * time.Millisecond}); err != nil || state != intent.StateQueued {
 		t.Fatalf("first failure: %q %v", state, err)
 	}
-	c = claimItemUntil(t, ps2, "w2", c.Lease.ID, store.ClaimParams{TTL: longTTL})
+	c = claimUntil(t, ps2.ClaimItems, "w2", c.Lease.ID, store.ClaimParams{TTL: longTTL})
 	if c.Attempt != 2 {
 		t.Fatalf("attempt %d", c.Attempt)
 	}
@@ -460,10 +417,7 @@ func testItemFailures(t *testing.T, h Harness) {
 // testItemExpiredOutOfAttempts: an expired lease that used every attempt
 // fails at the next claim instead of running again.
 func testItemExpiredOutOfAttempts(t *testing.T, h Harness) {
-	s, ps := publicationStore(t, h)
-	batch, assets := BatchWithAssets(t, s, "alice", "gen", 1)
-	in := PublicationIntent(t, "alice", "pub", "fp", batch, assets, intent.ChannelGallery)
-	mustCreate(t, s, in)
+	ps, in := newPublication(t, h, 1, intent.ChannelGallery)
 	ttl := 200 * time.Millisecond
 	claimItems(t, ps, "w1", 1, ttl)
 	sleepPast(ttl)
@@ -493,10 +447,7 @@ func testItemExpiredOutOfAttempts(t *testing.T, h Harness) {
 // testItemRelease: a released item is claimable at once, and the release
 // does not count against the maximum.
 func testItemRelease(t *testing.T, h Harness) {
-	s, ps := publicationStore(t, h)
-	batch, assets := BatchWithAssets(t, s, "alice", "gen", 1)
-	in := PublicationIntent(t, "alice", "pub", "fp", batch, assets, intent.ChannelGallery)
-	mustCreate(t, s, in)
+	ps, in := newPublication(t, h, 1, intent.ChannelGallery)
 	c := claimItems(t, ps, "w1", 1, longTTL)[0]
 	if errs, err := ps.ReleaseLeases(ctx(t), []store.Lease{c.Lease}); err != nil || errs[0] != nil {
 		t.Fatalf("release: %v %v", errs, err)

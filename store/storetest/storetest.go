@@ -118,13 +118,13 @@ func mustID(t testing.TB) string {
 	return id
 }
 
-func ctx(t *testing.T) context.Context {
+func ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return c
 }
 
-func mustCreate(t *testing.T, s store.Store, in intent.NewIntent) intent.Binding {
+func mustCreate(t testing.TB, s store.Store, in intent.NewIntent) intent.Binding {
 	t.Helper()
 	b, created, err := s.CreateIntent(ctx(t), in)
 	if err != nil {

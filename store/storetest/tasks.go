@@ -22,36 +22,58 @@ import (
 
 const longTTL = time.Minute
 
-func claim(t *testing.T, s store.Store, owner string, limit int, ttl time.Duration) []store.ClaimedTask {
+func claim(t testing.TB, s store.Store, owner string, limit int, ttl time.Duration) []store.ClaimedTask {
 	t.Helper()
-	cs, err := s.ClaimTasks(ctx(t), store.ClaimParams{Owner: owner, Limit: limit, TTL: ttl})
+	return claimOf(t, s.ClaimTasks, store.ClaimParams{Owner: owner, Limit: limit, TTL: ttl})
+}
+
+// claimed is a row under a fresh lease: a task or a publication item.
+type claimed interface {
+	store.ClaimedTask | store.ClaimedItem
+}
+
+// claimer is a store's claim of one kind (ClaimTasks, ClaimItems).
+type claimer[C claimed] func(context.Context, store.ClaimParams) ([]C, error)
+
+// claimOf claims with p and fails the test on an error.
+func claimOf[C claimed](t testing.TB, claim claimer[C], p store.ClaimParams) []C {
+	t.Helper()
+	cs, err := claim(ctx(t), p)
 	if err != nil {
-		t.Fatalf("ClaimTasks: %v", err)
+		t.Fatalf("claim: %v", err)
 	}
 	return cs
 }
 
-// claimUntil claims (one at a time) until the task comes back, for cases
-// that wait for a lease to expire.
-func claimUntil(t *testing.T, s store.Store, owner, taskID string, p store.ClaimParams) store.ClaimedTask {
+// leaseOf is the lease of a claimed row.
+func leaseOf[C claimed](c C) store.Lease {
+	switch c := any(c).(type) {
+	case store.ClaimedTask:
+		return c.Lease
+	case store.ClaimedItem:
+		return c.Lease
+	}
+	panic("unreachable")
+}
+
+// claimUntil claims (one at a time) until the row id comes back, for
+// cases that wait for a lease to expire.
+func claimUntil[C claimed](t *testing.T, claim claimer[C], owner, id string, p store.ClaimParams) C {
 	t.Helper()
 	p.Owner, p.Limit = owner, 1
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		cs, err := s.ClaimTasks(ctx(t), p)
-		if err != nil {
-			t.Fatalf("ClaimTasks: %v", err)
-		}
-		for _, c := range cs {
-			if c.ID == taskID {
-				return c
+		for _, c := range claimOf(t, claim, p) {
+			if got := leaseOf(c).ID; got != id {
+				t.Fatalf("claimed %s while waiting for %s", got, id)
 			}
-			t.Fatalf("claimed %s while waiting for %s", c.ID, taskID)
+			return c
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatalf("task %s never became claimable again", taskID)
-	return store.ClaimedTask{}
+	t.Fatalf("%s never became claimable again", id)
+	var zero C
+	return zero
 }
 
 // sleepPast sleeps a little longer than ttl by the local clock; callers
@@ -80,20 +102,7 @@ func checkCounts(t *testing.T, s store.Store, actor, batchID string) intent.Batc
 	}
 	var c intent.Counts
 	for _, tk := range allTasks(t, s, actor, batchID) {
-		switch tk.State {
-		case intent.StateQueued:
-			c.Queued++
-		case intent.StateRunning:
-			c.Running++
-		case intent.StateSucceeded:
-			c.Succeeded++
-		case intent.StateFailed:
-			c.Failed++
-		case intent.StateCanceled:
-			c.Canceled++
-		default:
-			t.Fatalf("task %s in state %q", tk.ID, tk.State)
-		}
+		count(t, &c, tk.ID, tk.State)
 	}
 	if b.Counts != c {
 		t.Fatalf("batch counts %+v, tasks say %+v", b.Counts, c)
@@ -102,6 +111,25 @@ func checkCounts(t *testing.T, s store.Store, actor, batchID string) intent.Batc
 		t.Fatalf("task_count %d, %d tasks", b.TaskCount, c.Total())
 	}
 	return b
+}
+
+// count counts one child (a task, an item) of state st in c.
+func count(t *testing.T, c *intent.Counts, id string, st intent.State) {
+	t.Helper()
+	switch st {
+	case intent.StateQueued:
+		c.Queued++
+	case intent.StateRunning:
+		c.Running++
+	case intent.StateSucceeded:
+		c.Succeeded++
+	case intent.StateFailed:
+		c.Failed++
+	case intent.StateCanceled:
+		c.Canceled++
+	default:
+		t.Fatalf("%s in state %q", id, st)
+	}
 }
 
 func asset(t testing.TB, sha string) intent.Asset {
@@ -221,7 +249,7 @@ func testOldFence(t *testing.T, h Harness) {
 		t.Fatalf("renew under a short lease: %+v, %v", rr, err)
 	}
 	sleepPast(ttl)
-	cur := claimUntil(t, s, "w2", old.ID, store.ClaimParams{TTL: longTTL})
+	cur := claimUntil(t, s.ClaimTasks, "w2", old.ID, store.ClaimParams{TTL: longTTL})
 	if cur.Fence <= old.Fence || cur.Attempt != 2 {
 		t.Fatalf("reclaim fence %d attempt %d, old fence %d", cur.Fence, cur.Attempt, old.Fence)
 	}
@@ -234,20 +262,7 @@ func testOldFence(t *testing.T, h Harness) {
 	if errs, err := s.SaveSteps(ctx(t), []store.StepSave{{Lease: old.Lease, Step: "waited", ProviderRef: "ref-x", Calls: 3, Note: "stale"}}); err != nil || !errors.Is(errs[0], store.ErrLeaseLost) {
 		t.Fatalf("SaveSteps with the old fence: %v %v", errs, err)
 	}
-	res, err := s.CompleteLeases(ctx(t), []store.Completion{{Lease: old.Lease, Asset: asset(t, shaA)}})
-	if err != nil || !errors.Is(res[0].Err, store.ErrLeaseLost) {
-		t.Fatalf("CompleteTasks with the old fence: %+v, %v", res, err)
-	}
-	if _, err := s.FailLease(ctx(t), store.Failure{Lease: old.Lease, Error: "boom", Permanent: true}); !errors.Is(err, store.ErrLeaseLost) {
-		t.Fatalf("FailTask with the old fence: %v", err)
-	}
-	if errs, err := s.ReleaseLeases(ctx(t), []store.Lease{old.Lease}); err != nil || !errors.Is(errs[0], store.ErrLeaseLost) {
-		t.Fatalf("ReleaseTasks with the old fence: %v, %v", errs, err)
-	}
-	rr, err := s.RenewLeases(ctx(t), store.RenewParams{Owner: "w1", Leases: []store.Lease{old.Lease}, TTL: longTTL})
-	if err != nil || len(rr.Lost) != 1 {
-		t.Fatalf("RenewLeases with the old fence: %+v, %v", rr, err)
-	}
+	wantLeaseLost(t, s, "w1", store.Completion{Lease: old.Lease, Asset: asset(t, shaA)})
 	after := checkCounts(t, s, "alice", in.Batch.ID)
 	afterTask := task(t, s, "alice", in.Batch.ID, old.ID)
 	if after.Counts != before.Counts || !after.UpdatedAt.Equal(before.UpdatedAt) || !reflect.DeepEqual(afterTask, beforeTask) {
@@ -283,6 +298,27 @@ func testOldFence(t *testing.T, h Harness) {
 	// A second completion of an ended task is a lost lease, not a second asset.
 	if r := complete(t, s, cur); !errors.Is(r.Err, store.ErrLeaseLost) {
 		t.Fatalf("second completion: %+v", r)
+	}
+}
+
+// wantLeaseLost checks that every write of the lease queue under a lease
+// that is no longer live (its owner's renewal, the completion c, a
+// failure, a release) answers ErrLeaseLost.
+func wantLeaseLost(t *testing.T, s store.LeaseStore, owner string, c store.Completion) {
+	t.Helper()
+	rr, err := s.RenewLeases(ctx(t), store.RenewParams{Owner: owner, Leases: []store.Lease{c.Lease}, TTL: longTTL})
+	if err != nil || len(rr.Lost) != 1 {
+		t.Fatalf("renew with the old fence: %+v, %v", rr, err)
+	}
+	res, err := s.CompleteLeases(ctx(t), []store.Completion{c})
+	if err != nil || !errors.Is(res[0].Err, store.ErrLeaseLost) {
+		t.Fatalf("complete with the old fence: %+v, %v", res, err)
+	}
+	if _, err := s.FailLease(ctx(t), store.Failure{Lease: c.Lease, Error: "boom", Permanent: true}); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("fail with the old fence: %v", err)
+	}
+	if errs, err := s.ReleaseLeases(ctx(t), []store.Lease{c.Lease}); err != nil || !errors.Is(errs[0], store.ErrLeaseLost) {
+		t.Fatalf("release with the old fence: %v, %v", errs, err)
 	}
 }
 

@@ -14,7 +14,7 @@ const POLL_MS = 1500;
 // 'ended') and the place where failures are shown.
 export function liveView(state, path, signal) {
   const status = h('span', {class: 'muted', id: 'live'});
-  const problems = h('div', {'aria-live': 'polite'});
+  const problems = h('div', {id: 'live-problems', 'aria-live': 'polite'});
   const show = (s, text = s) => {
     status.textContent = text;
     status.dataset.state = s;

@@ -14,28 +14,9 @@ import (
 	"studio/store"
 )
 
-// errHandBack: the pool is stopping and the task is between steps (or
-// still waiting for its turn): its lease is handed back.
-var errHandBack = errors.New("worker: handing the lease back")
-
-// errGeneratorDown: the task's generator is down (its breaker open, or
-// this try failed with an outage error): the lease is handed back and the
-// task waits, queued, without spending an attempt.
-var errGeneratorDown = errors.New("generator down")
-
-// storeTimeout bounds the writes that end a task (failure, release) made
-// after its own context ended.
-const storeTimeout = 30 * time.Second
-
-// run is what a running task sees of its pool: the pool's handler and the
-// runner's session (one Start..Stop).
-type run struct {
-	*tasks
-	s *leasequeue.Session
-}
-
-// taskRun is one claimed task in this pool.
-type taskRun struct {
+// attempt is one claimed task in this pool, one try at it: its lease,
+// its generator job, and where its steps got to.
+type attempt struct {
 	c      store.ClaimedTask
 	job    generator.Job
 	jobErr error // the spec could not be read: a permanent failure
@@ -58,34 +39,34 @@ type taskRun struct {
 }
 
 // takeNote answers the note not recorded yet, and forgets it.
-func (tr *taskRun) takeNote() string {
-	n := tr.note
-	tr.note = ""
+func (at *attempt) takeNote() string {
+	n := at.note
+	at.note = ""
 	return n
 }
 
 // takeCalls answers the calls not yet carried by a step record, and
 // counts them as carried.
-func (tr *taskRun) takeCalls() int {
-	tr.callsMu.Lock()
-	defer tr.callsMu.Unlock()
-	n := tr.calls.N() - tr.savedCalls
-	tr.savedCalls += n
+func (at *attempt) takeCalls() int {
+	at.callsMu.Lock()
+	defer at.callsMu.Unlock()
+	n := at.calls.N() - at.savedCalls
+	at.savedCalls += n
 	return n
 }
 
 // unsavedCalls answers the calls no step record carried yet.
-func (tr *taskRun) unsavedCalls() int {
-	tr.callsMu.Lock()
-	defer tr.callsMu.Unlock()
-	return tr.calls.N() - tr.savedCalls
+func (at *attempt) unsavedCalls() int {
+	at.callsMu.Lock()
+	defer at.callsMu.Unlock()
+	return at.calls.N() - at.savedCalls
 }
 
 // giveBack returns calls a failed step record did not carry.
-func (tr *taskRun) giveBack(n int) {
-	tr.callsMu.Lock()
-	defer tr.callsMu.Unlock()
-	tr.savedCalls -= n
+func (at *attempt) giveBack(n int) {
+	at.callsMu.Lock()
+	defer at.callsMu.Unlock()
+	at.savedCalls -= n
 }
 
 // Claim leases up to limit tasks, and reads each batch's spec once. The
@@ -93,7 +74,7 @@ func (tr *taskRun) giveBack(n int) {
 // runner counts a lease from the claim's start, so one that waited out an
 // outage would be given up as soon as it was taken, and the task burn an
 // attempt; it answers a busy fault instead, and the runner tries again.
-func (h *tasks) Claim(ctx context.Context, owner string, limit int, ttl time.Duration) ([]*taskRun, error) {
+func (h *tasks) Claim(ctx context.Context, owner string, limit int, ttl time.Duration) ([]*attempt, error) {
 	cs, err := h.cfg.Store.ClaimTasks(store.WithWait(ctx, ttl/3), store.ClaimParams{
 		Owner: owner, Limit: limit, TTL: ttl, MaxAttempts: h.cfg.MaxAttempts,
 		SkipGenerators: h.cfg.Breakers.Skip(),
@@ -102,28 +83,28 @@ func (h *tasks) Claim(ctx context.Context, owner string, limit int, ttl time.Dur
 		return nil, err
 	}
 	specs := map[string]specResult{}
-	out := make([]*taskRun, len(cs))
+	out := make([]*attempt, len(cs))
 	for i, c := range cs {
-		out[i] = newTaskRun(c, specs)
+		out[i] = newAttempt(c, specs)
 	}
 	return out, nil
 }
 
 // Lease is the task's lease.
-func (h *tasks) Lease(tr *taskRun) store.Lease { return tr.c.Lease }
+func (h *tasks) Lease(at *attempt) store.Lease { return at.c.Lease }
 
 // Parent is the task's batch: a cancel of the batch (wake.Cancel) ends the
 // task's context at once (leasequeue.Parenter).
-func (h *tasks) Parent(tr *taskRun) string { return tr.c.BatchID }
+func (h *tasks) Parent(at *attempt) string { return at.c.BatchID }
 
 // Run runs a claimed task to its end and records it.
-func (h *tasks) Run(ctx context.Context, s *leasequeue.Session, tr *taskRun) {
-	tr.ctx, tr.cancel = context.WithCancelCause(ctx)
-	defer tr.cancel(nil)
-	r := &run{tasks: h, s: s}
-	r.settle(tr, r.execute(tr))
+func (h *tasks) Run(ctx context.Context, s *leasequeue.Session, at *attempt) {
+	at.ctx, at.cancel = context.WithCancelCause(ctx)
+	defer at.cancel(nil)
+	e := &executor{tasks: h, s: s}
+	e.settle(at, e.execute(at))
 	if h.batchEnds != nil {
-		h.batchEnds.touch(tr.c.BatchID, tr.c.Actor)
+		h.batchEnds.touch(at.c.BatchID, at.c.Actor)
 	}
 }
 
@@ -140,42 +121,20 @@ func decodeSpec(spec []byte) specResult {
 	return specResult{in: &in}
 }
 
-// newTaskRun makes a claimed task's run, with its generator job.
-func newTaskRun(c store.ClaimedTask, specs map[string]specResult) *taskRun {
+// newAttempt makes a claimed task's attempt, with its generator job.
+func newAttempt(c store.ClaimedTask, specs map[string]specResult) *attempt {
 	sr, ok := specs[c.BatchID]
 	if !ok {
 		sr = decodeSpec(c.Spec)
 		specs[c.BatchID] = sr
 	}
-	tr := &taskRun{c: c, jobErr: sr.err}
+	at := &attempt{c: c, jobErr: sr.err}
 	if sr.in != nil {
-		tr.job = generator.Job{
+		at.job = generator.Job{
 			Key: c.ID, Prompt: sr.in.Prompt, Collection: c.Collection, Frame: c.Frame,
 			Candidate: c.Candidate, Seed: sr.in.Seed, Params: sr.in.Params, Subjects: sr.in.Subjects,
 			Attempt: c.Attempt,
 		}
 	}
-	return tr
-}
-
-// sweepLoop removes unnamed blobs now and then.
-func (h *tasks) sweepLoop(ctx context.Context) {
-	first := min(time.Minute, h.cfg.SweepEvery)
-	t := time.NewTimer(first)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		res, err := h.cfg.Blobs.Sweep(ctx, sweepParams(h.cfg))
-		switch {
-		case err != nil && ctx.Err() == nil:
-			h.cfg.Logger.Warn("blob sweep failed", "err", err)
-		case err == nil && (res.Removed > 0 || res.Leftovers > 0 || res.Purged > 0):
-			h.cfg.Logger.Info("blob sweep", "removed", res.Removed, "kept", res.Kept, "leftovers", res.Leftovers, "purged", res.Purged)
-		}
-		t.Reset(h.cfg.SweepEvery)
-	}
+	return at
 }

@@ -19,28 +19,49 @@ import (
 	"studio/store"
 )
 
+// errHandBack: the pool is stopping and the task is between steps (or
+// still waiting for its turn): its lease is handed back.
+var errHandBack = errors.New("worker: handing the lease back")
+
+// errGeneratorDown: the task's generator is down (its breaker open, or
+// this try failed with an outage error): the lease is handed back and the
+// task waits, queued, without spending an attempt.
+var errGeneratorDown = errors.New("generator down")
+
+// storeTimeout bounds the writes that end a task (failure, release) made
+// after its own context ended.
+const storeTimeout = 30 * time.Second
+
+// executor carries out one attempt: the pool's handler and the session
+// of the runner it runs in (one Start..Stop). Its methods are the steps
+// of a task, from the claim to the write that ends the attempt.
+type executor struct {
+	*tasks
+	s *leasequeue.Session
+}
+
 // execute runs a task's steps, within its generator's concurrency limit
 // and a run slot (waiting for either ends at once when the pool stops),
 // then records its completion: a write that needs neither slot, so the
 // next task starts while it waits for its transaction.
-func (r *run) execute(tr *taskRun) error {
-	if tr.jobErr != nil {
-		return tr.jobErr
+func (e *executor) execute(at *attempt) error {
+	if at.jobErr != nil {
+		return at.jobErr
 	}
-	gen, err := r.cfg.Generators.Get(tr.c.Generator)
+	gen, err := e.cfg.Generators.Get(at.c.Generator)
 	if err != nil {
 		return err
 	}
-	if r.cfg.Breakers.Open(gen.ID()) {
+	if e.cfg.Breakers.Open(gen.ID()) {
 		return errGeneratorDown
 	}
 	// A task still waiting for its turn when the pool stops hands its
 	// lease back at once; one that started has its grace period.
-	wait, stopWaiting := context.WithCancelCause(tr.ctx)
+	wait, stopWaiting := context.WithCancelCause(at.ctx)
 	defer stopWaiting(nil)
 	var mu sync.Mutex
 	started, handedBack := false, false
-	unwatch := context.AfterFunc(r.s.StopContext(), func() {
+	unwatch := context.AfterFunc(e.s.StopContext(), func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if !started {
@@ -52,11 +73,11 @@ func (r *run) execute(tr *taskRun) error {
 	var result *intent.Asset
 	body := func(ctx context.Context) error {
 		select {
-		case r.runSlots <- struct{}{}:
+		case e.runSlots <- struct{}{}:
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
-		defer func() { <-r.runSlots }()
+		defer func() { <-e.runSlots }()
 		mu.Lock()
 		if handedBack {
 			mu.Unlock()
@@ -64,29 +85,29 @@ func (r *run) execute(tr *taskRun) error {
 		}
 		started = true
 		mu.Unlock()
-		start := r.cfg.Now()
-		a, err := r.steps(ctx, tr, gen)
-		if ctx.Err() == nil && r.cfg.Breakers.Result(gen.ID(), err) {
+		start := e.cfg.Now()
+		a, err := e.steps(ctx, at, gen)
+		if ctx.Err() == nil && e.cfg.Breakers.Result(gen.ID(), err) {
 			err = fmt.Errorf("%w: %w", errGeneratorDown, err)
 		}
-		if err == nil && (tr.unsavedCalls() > 0 || tr.note != "") {
+		if err == nil && (at.unsavedCalls() > 0 || at.note != "") {
 			// Calls no step recorded yet (a quick task), a note: recorded
 			// with the step it reached, before the completion.
-			err = r.saveStep(tr, tr.step, tr.ref, tr.takeNote())
+			err = e.saveStep(at, at.step, at.ref, at.takeNote())
 		}
 		if err == nil {
-			r.s.Observe(r.cfg.Now().Sub(start))
+			e.s.Observe(e.cfg.Now().Sub(start))
 			result = &a
 		}
-		if err != nil && ctx.Err() != nil && tr.ctx.Err() == nil {
+		if err != nil && ctx.Err() != nil && at.ctx.Err() == nil {
 			// The generator slot's own lease ended (not the task's): try
 			// again later, elsewhere.
 			return errHandBack
 		}
 		return err
 	}
-	if r.cfg.Limiter != nil {
-		err = r.cfg.Limiter.Run(wait, gen.ID(), body)
+	if e.cfg.Limiter != nil {
+		err = e.cfg.Limiter.Hold(wait, gen.ID(), body)
 	} else {
 		err = body(wait)
 	}
@@ -96,7 +117,7 @@ func (r *run) execute(tr *taskRun) error {
 	if err != nil {
 		return err
 	}
-	return r.complete(tr, *result)
+	return e.complete(at, *result)
 }
 
 // steps moves the task from its stored step to its completion. A step is
@@ -113,46 +134,46 @@ func (r *run) execute(tr *taskRun) error {
 // A step that finds the provider lost what the recorded reference names
 // (generator.LostError) records the step that makes it again, with a note
 // in the task's history, and goes back to it, once per attempt.
-func (r *run) steps(ctx context.Context, tr *taskRun, gen generator.Generator) (intent.Asset, error) {
-	ctx = generator.WithCalls(ctx, &tr.calls)
-	tr.step, tr.ref = tr.c.Step, tr.c.ProviderRef
+func (e *executor) steps(ctx context.Context, at *attempt, gen generator.Generator) (intent.Asset, error) {
+	ctx = generator.WithCalls(ctx, &at.calls)
+	at.step, at.ref = at.c.Step, at.c.ProviderRef
 	redone := false
 	for {
-		if r.s.Stopping() {
+		if e.s.Stopping() {
 			return intent.Asset{}, errHandBack
 		}
 		var err error
 		var what string
-		switch tr.step {
+		switch at.step {
 		case StepSubmitted:
 			what = "wait"
 			if p, ok := gen.(generator.Producer); ok {
 				what = "generate"
 				var a *intent.Asset
-				if a, err = r.produce(ctx, tr, p); err == nil && a != nil {
+				if a, err = e.produce(ctx, at, p); err == nil && a != nil {
 					return *a, nil
 				}
-			} else if err = r.wait(ctx, tr, gen, tr.ref); err == nil {
-				tr.step = StepWaited
+			} else if err = e.wait(ctx, at, gen, at.ref); err == nil {
+				at.step = StepWaited
 			}
 		case StepWaited:
 			what = "fetch"
 			var a intent.Asset
-			if a, err = r.finish(ctx, tr, gen, tr.ref); err == nil {
+			if a, err = e.finish(ctx, at, gen, at.ref); err == nil {
 				return a, nil
 			}
 		case StepStored:
 			what = "store image"
 			var a intent.Asset
-			if a, err = r.restore(ctx, tr); err == nil {
+			if a, err = e.restore(ctx, at); err == nil {
 				return a, nil
 			}
 		default:
 			what = "submit"
 			var ref string
-			if ref, err = gen.Submit(ctx, tr.job); err == nil {
-				tr.step, tr.ref = StepSubmitted, ref
-				tr.unrecorded = &store.StepSave{Lease: tr.c.Lease, Step: StepSubmitted, ProviderRef: ref}
+			if ref, err = gen.Submit(ctx, at.job); err == nil {
+				at.step, at.ref = StepSubmitted, ref
+				at.unrecorded = &store.StepSave{Lease: at.c.Lease, Step: StepSubmitted, ProviderRef: ref}
 			}
 		}
 		if err == nil {
@@ -162,17 +183,17 @@ func (r *run) steps(ctx context.Context, tr *taskRun, gen generator.Generator) (
 		if !lost {
 			return intent.Asset{}, fmt.Errorf("%s: %w", what, err)
 		}
-		r.cfg.Spend.Discarded(gen.ID(), le.Reason)
+		e.cfg.Spend.Discarded(gen.ID(), le.Reason)
 		back := StepNew
 		if le.Ref != "" {
 			back = StepSubmitted
 		}
-		note := fmt.Sprintf("attempt %d: %s: %v", tr.c.Attempt, what, err)
-		if serr := r.saveStep(tr, back, le.Ref, note); serr != nil {
+		note := fmt.Sprintf("attempt %d: %s: %v", at.c.Attempt, what, err)
+		if serr := e.saveStep(at, back, le.Ref, note); serr != nil {
 			return intent.Asset{}, serr
 		}
-		tr.step, tr.ref, tr.unrecorded = back, le.Ref, nil
-		r.cfg.Logger.Info("the provider lost the task's job or image; going back", "task", tr.c.ID,
+		at.step, at.ref, at.unrecorded = back, le.Ref, nil
+		e.cfg.Logger.Info("the provider lost the task's job or image; going back", "task", at.c.ID,
 			"generator", gen.ID(), "reason", le.Reason, "to_step", back, "err", err)
 		if redone {
 			// Lost twice in one attempt: the next attempt, after its backoff.
@@ -186,35 +207,35 @@ func (r *run) steps(ctx context.Context, tr *taskRun, gen generator.Generator) (
 // stored at once and the step "stored" recorded with them (the asset to
 // complete is answered); a URL is recorded as step "waited" before the
 // download is tried.
-func (r *run) produce(ctx context.Context, tr *taskRun, p generator.Producer) (*intent.Asset, error) {
-	if tr.unrecorded != nil {
+func (e *executor) produce(ctx context.Context, at *attempt, p generator.Producer) (*intent.Asset, error) {
+	if at.unrecorded != nil {
 		// The submission (no call for a Producer) is recorded with what
 		// the call answers.
-		tr.unrecorded = nil
+		at.unrecorded = nil
 	}
-	res, err := p.Produce(ctx, tr.ref)
+	res, err := p.Produce(ctx, at.ref)
 	if err != nil {
 		return nil, err
 	}
 	if res.Image == nil {
-		if err := r.saveStep(tr, StepWaited, res.Ref, ""); err != nil {
+		if err := e.saveStep(at, StepWaited, res.Ref, ""); err != nil {
 			return nil, err
 		}
-		tr.step, tr.ref = StepWaited, res.Ref
+		at.step, at.ref = StepWaited, res.Ref
 		return nil, nil
 	}
-	a, err := r.store(ctx, tr, p, *res.Image)
+	a, err := e.store(ctx, at, p, *res.Image)
 	if err != nil {
 		return nil, err
 	}
-	ref, err := storedRef(a, tr.ref)
+	ref, err := storedRef(a, at.ref)
 	if err != nil {
 		return nil, err
 	}
-	if err := r.saveStep(tr, StepStored, ref, tr.takeNote()); err != nil {
+	if err := e.saveStep(at, StepStored, ref, at.takeNote()); err != nil {
 		return nil, err
 	}
-	tr.step, tr.ref = StepStored, ref
+	at.step, at.ref = StepStored, ref
 	return &a, nil
 }
 
@@ -222,16 +243,16 @@ func (r *run) produce(ctx context.Context, tr *taskRun, p generator.Producer) (*
 // the wait has run StepRecordAfter (a lost lease or a canceled batch found
 // then stops the wait at once); "waited" is recorded after a wait that
 // long.
-func (r *run) wait(ctx context.Context, tr *taskRun, gen generator.Generator, ref string) error {
-	start := r.cfg.Now()
+func (e *executor) wait(ctx context.Context, at *attempt, gen generator.Generator, ref string) error {
+	start := e.cfg.Now()
 	var timer *time.Timer
 	var saved chan error
-	if pending := tr.unrecorded; pending != nil {
+	if pending := at.unrecorded; pending != nil {
 		saved = make(chan error, 1)
-		timer = time.AfterFunc(r.cfg.StepRecordAfter, func() {
-			err := r.saveStep(tr, pending.Step, pending.ProviderRef, "")
+		timer = time.AfterFunc(e.cfg.StepRecordAfter, func() {
+			err := e.saveStep(at, pending.Step, pending.ProviderRef, "")
 			if errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrTaskCanceled) {
-				tr.cancel(err)
+				at.cancel(err)
 			}
 			saved <- err
 		})
@@ -241,35 +262,35 @@ func (r *run) wait(ctx context.Context, tr *taskRun, gen generator.Generator, re
 		if serr := <-saved; serr != nil {
 			return serr
 		}
-		tr.unrecorded = nil
+		at.unrecorded = nil
 	}
 	if err != nil {
 		return err
 	}
-	tr.unrecorded = &store.StepSave{Lease: tr.c.Lease, Step: StepWaited, ProviderRef: ref}
-	if r.cfg.Now().Sub(start) >= r.cfg.StepRecordAfter {
-		if err := r.saveStep(tr, StepWaited, ref, ""); err != nil {
+	at.unrecorded = &store.StepSave{Lease: at.c.Lease, Step: StepWaited, ProviderRef: ref}
+	if e.cfg.Now().Sub(start) >= e.cfg.StepRecordAfter {
+		if err := e.saveStep(at, StepWaited, ref, ""); err != nil {
 			return err
 		}
-		tr.unrecorded = nil
+		at.unrecorded = nil
 	}
 	return nil
 }
 
 // saveStep records a step under the task's fence, with the paid calls
 // not recorded yet and a note for the task's history.
-func (r *run) saveStep(tr *taskRun, step, ref, note string) error {
-	if err := tr.ctx.Err(); err != nil {
-		return context.Cause(tr.ctx)
+func (e *executor) saveStep(at *attempt, step, ref, note string) error {
+	if err := at.ctx.Err(); err != nil {
+		return context.Cause(at.ctx)
 	}
-	calls := tr.takeCalls()
-	err, txErr := r.stepWriter.Do(store.StepSave{Lease: tr.c.Lease, Step: step, ProviderRef: ref, Calls: calls, Note: note})
+	calls := at.takeCalls()
+	err, txErr := e.stepWriter.Do(store.StepSave{Lease: at.c.Lease, Step: step, ProviderRef: ref, Calls: calls, Note: note})
 	if txErr != nil {
-		tr.giveBack(calls)
+		at.giveBack(calls)
 		return fmt.Errorf("save step %s: %w", step, txErr)
 	}
 	if err != nil {
-		tr.giveBack(calls)
+		at.giveBack(calls)
 	}
 	return err
 }
@@ -277,12 +298,12 @@ func (r *run) saveStep(tr *taskRun, step, ref, note string) error {
 // finish stores the image and answers the asset to record. A task
 // resumed after an earlier try first looks for an asset already stored for
 // it.
-func (r *run) finish(ctx context.Context, tr *taskRun, gen generator.Generator, ref string) (intent.Asset, error) {
-	if tr.c.Attempt > 1 {
-		a, err := r.cfg.Store.AssetForTask(ctx, tr.c.ID)
+func (e *executor) finish(ctx context.Context, at *attempt, gen generator.Generator, ref string) (intent.Asset, error) {
+	if at.c.Attempt > 1 {
+		a, err := e.cfg.Store.AssetForTask(ctx, at.c.ID)
 		switch {
 		case err == nil:
-			if ok, err := r.cfg.Blobs.Exists(ctx, a.SHA256); err == nil && ok {
+			if ok, err := e.cfg.Blobs.Exists(ctx, a.SHA256); err == nil && ok {
 				return a, nil
 			}
 		case intent.ErrorCode(err) != intent.ENotFound:
@@ -293,33 +314,33 @@ func (r *run) finish(ctx context.Context, tr *taskRun, gen generator.Generator, 
 	if err != nil {
 		return intent.Asset{}, err
 	}
-	return r.store(ctx, tr, gen, img)
+	return e.store(ctx, at, gen, img)
 }
 
 // store puts an image's bytes in the blob store and answers its asset.
 // An image of another size than the task's params ask is refused (a
 // permanent error) when the generator says so, else kept with a note.
-func (r *run) store(ctx context.Context, tr *taskRun, gen generator.Generator, img generator.Image) (intent.Asset, error) {
-	if want, err := generator.RequestSize(tr.job.Params, ""); err == nil && want != "" {
+func (e *executor) store(ctx context.Context, at *attempt, gen generator.Generator, img generator.Image) (intent.Asset, error) {
+	if want, err := generator.RequestSize(at.job.Params, ""); err == nil && want != "" {
 		if got := fmt.Sprintf("%dx%d", img.Width, img.Height); got != want {
 			if sr, ok := gen.(generator.SizeRefuser); ok && sr.RefusesOtherSizes() {
-				r.cfg.Spend.Discarded(gen.ID(), generator.ReasonSize)
+				e.cfg.Spend.Discarded(gen.ID(), generator.ReasonSize)
 				return intent.Asset{}, generator.Permanent(fmt.Errorf("generator %q made an image of %s, not the %s asked; the catalog refuses such images (size_mismatch: refuse)", gen.ID(), got, want))
 			}
-			tr.note = fmt.Sprintf("attempt %d: generator %q made an image of %s, not the %s asked; kept (size_mismatch: warn)", tr.c.Attempt, gen.ID(), got, want)
-			r.cfg.Logger.Warn("an image of another size than asked", "task", tr.c.ID, "generator", gen.ID(), "asked", want, "made", got)
+			at.note = fmt.Sprintf("attempt %d: generator %q made an image of %s, not the %s asked; kept (size_mismatch: warn)", at.c.Attempt, gen.ID(), got, want)
+			e.cfg.Logger.Warn("an image of another size than asked", "task", at.c.ID, "generator", gen.ID(), "asked", want, "made", got)
 		}
 	}
-	info, err := r.putWaiting(ctx, tr, img.Bytes)
+	info, err := e.putWaiting(ctx, at, img.Bytes)
 	if err != nil {
 		return intent.Asset{}, fmt.Errorf("store image: %w", err)
 	}
-	id, err := r.cfg.NewID()
+	id, err := e.cfg.NewID()
 	if err != nil {
 		return intent.Asset{}, err
 	}
-	tr.stored = true
-	r.cfg.Spend.Stored(gen.ID())
+	at.stored = true
+	e.cfg.Spend.Stored(gen.ID())
 	return intent.Asset{
 		ID: id, SHA256: info.SHA256, ContentType: img.ContentType, Size: info.Size,
 		Width: img.Width, Height: img.Height,
@@ -332,25 +353,25 @@ func (r *run) store(ctx context.Context, tr *taskRun, gen generator.Generator, i
 // holds: the task waits, holding its run slot (so the worker claims no
 // more), and burns no attempt. Stopping the pool or losing the lease ends
 // the wait.
-func (r *run) putWaiting(ctx context.Context, tr *taskRun, data []byte) (blob.Info, error) {
+func (e *executor) putWaiting(ctx context.Context, at *attempt, data []byte) (blob.Info, error) {
 	wait := blobRetryMin
 	for try := 1; ; try++ {
-		info, err := r.cfg.Blobs.Put(ctx, bytes.NewReader(data))
+		info, err := e.cfg.Blobs.Put(ctx, bytes.NewReader(data))
 		if !errors.Is(err, blob.ErrUnavailable) {
 			if err == nil && try > 1 {
-				r.cfg.Logger.Info("asset store back: image stored", "task", tr.c.ID, "tries", try)
+				e.cfg.Logger.Info("asset store back: image stored", "task", at.c.ID, "tries", try)
 			}
 			return info, err
 		}
 		if try == 1 {
-			r.cfg.Logger.Warn("asset store unavailable: the task waits for it", "task", tr.c.ID, "err", err)
+			e.cfg.Logger.Warn("asset store unavailable: the task waits for it", "task", at.c.ID, "err", err)
 		}
 		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return blob.Info{}, fmt.Errorf("%w (waited %d tries)", err, try)
-		case <-r.s.StopContext().Done():
+		case <-e.s.StopContext().Done():
 			t.Stop()
 			return blob.Info{}, errHandBack
 		case <-t.C:
@@ -389,12 +410,12 @@ func storedRef(a intent.Asset, request string) (string, error) {
 // restore answers the asset of an image an earlier try stored (step
 // "stored"): no call. Bytes no longer in the blob store send the task back
 // to the paid call (a *generator.LostError).
-func (r *run) restore(ctx context.Context, tr *taskRun) (intent.Asset, error) {
+func (e *executor) restore(ctx context.Context, at *attempt) (intent.Asset, error) {
 	var si storedImage
-	if err := json.Unmarshal([]byte(tr.ref), &si); err != nil || si.SHA256 == "" {
-		return intent.Asset{}, generator.Permanent(fmt.Errorf("the recorded image cannot be read: %q", tr.ref))
+	if err := json.Unmarshal([]byte(at.ref), &si); err != nil || si.SHA256 == "" {
+		return intent.Asset{}, generator.Permanent(fmt.Errorf("the recorded image cannot be read: %q", at.ref))
 	}
-	ok, err := r.cfg.Blobs.Exists(ctx, si.SHA256)
+	ok, err := e.cfg.Blobs.Exists(ctx, si.SHA256)
 	if err != nil {
 		return intent.Asset{}, err
 	}
@@ -402,11 +423,11 @@ func (r *run) restore(ctx context.Context, tr *taskRun) (intent.Asset, error) {
 		return intent.Asset{}, &generator.LostError{Ref: si.Request, Reason: generator.ReasonLost,
 			Err: fmt.Errorf("the stored image %s is gone from the blob store; it is made again", si.SHA256)}
 	}
-	id, err := r.cfg.NewID()
+	id, err := e.cfg.NewID()
 	if err != nil {
 		return intent.Asset{}, err
 	}
-	tr.stored = true
+	at.stored = true
 	return intent.Asset{ID: id, SHA256: si.SHA256, ContentType: si.ContentType, Size: si.Size, Width: si.Width, Height: si.Height}, nil
 }
 
@@ -414,99 +435,99 @@ func (r *run) restore(ctx context.Context, tr *taskRun) (intent.Asset, error) {
 //
 // A pool stopping still records a result it has: the write is short, and
 // handing the lease back would only make another worker redo the task.
-func (r *run) complete(tr *taskRun, a intent.Asset) error {
-	if cause := context.Cause(tr.ctx); cause != nil && !errors.Is(cause, leasequeue.ErrStopping) {
+func (e *executor) complete(at *attempt, a intent.Asset) error {
+	if cause := context.Cause(at.ctx); cause != nil && !errors.Is(cause, leasequeue.ErrStopping) {
 		return cause
 	}
-	res, txErr := r.completions.Do(store.Completion{Lease: tr.c.Lease, Asset: a})
+	res, txErr := e.completions.Do(store.Completion{Lease: at.c.Lease, Asset: a})
 	if txErr != nil {
 		return fmt.Errorf("complete: %w", txErr)
 	}
 	if res.Err != nil {
 		return res.Err
 	}
-	r.cfg.Observe(OutcomeSucceeded)
-	r.cfg.Logger.Debug("task succeeded", "task", tr.c.ID, "batch", tr.c.BatchID, "attempt", tr.c.Attempt,
-		"fence", tr.c.Fence, "asset", res.AssetID, "owner", r.cfg.Owner)
+	e.cfg.Observe(OutcomeSucceeded)
+	e.cfg.Logger.Debug("task succeeded", "task", at.c.ID, "batch", at.c.BatchID, "attempt", at.c.Attempt,
+		"fence", at.c.Fence, "asset", res.AssetID, "owner", e.cfg.Owner)
 	return nil
 }
 
 // settle ends a task whose steps returned err: nothing more (success, lost
 // lease, canceled by the store), a hand back, or a failure.
-func (r *run) settle(tr *taskRun, err error) {
-	log := r.cfg.Logger.With("task", tr.c.ID, "batch", tr.c.BatchID, "attempt", tr.c.Attempt, "fence", tr.c.Fence)
-	cause := context.Cause(tr.ctx)
+func (e *executor) settle(at *attempt, err error) {
+	log := e.cfg.Logger.With("task", at.c.ID, "batch", at.c.BatchID, "attempt", at.c.Attempt, "fence", at.c.Fence)
+	cause := context.Cause(at.ctx)
 	switch {
 	case err == nil:
 		return
 	case errors.Is(err, store.ErrLeaseLost), errors.Is(cause, store.ErrLeaseLost):
-		r.cfg.Observe(OutcomeLost)
+		e.cfg.Observe(OutcomeLost)
 		log.Info("lease lost: the task is left to its new holder, nothing recorded")
 		return
 	case errors.Is(err, store.ErrTaskCanceled):
-		r.cfg.Observe(OutcomeCanceled)
+		e.cfg.Observe(OutcomeCanceled)
 		log.Info("task canceled with its batch")
 		return
 	case errors.Is(cause, leasequeue.ErrCanceled):
-		r.release(tr, log, "batch canceled", true)
+		e.release(at, log, "batch canceled", true)
 		return
-	case tr.ctx.Err() != nil, errors.Is(err, errHandBack):
-		r.release(tr, log, "pool stopping", false)
+	case at.ctx.Err() != nil, errors.Is(err, errHandBack):
+		e.release(at, log, "pool stopping", false)
 		return
-	case r.s.Fault(err):
+	case e.s.Fault(err):
 		// The database (or the disk under it) failed, not the task: hand
 		// it back, which does not count against its attempts. The fault
 		// is logged once per outage.
-		r.release(tr, log, "database fault", false)
+		e.release(at, log, "database fault", false)
 		return
 	case errors.Is(err, errGeneratorDown):
-		r.release(tr, log, err.Error(), false)
+		e.release(at, log, err.Error(), false)
 		return
 	}
 	permanent := generator.IsPermanent(err)
-	msg := fmt.Sprintf("attempt %d: %v", tr.c.Attempt, err)
+	msg := fmt.Sprintf("attempt %d: %v", at.c.Attempt, err)
 	// No sooner than the provider said (429, 503 with Retry-After).
-	backoff := leasequeue.RetryWait(r.cfg.RetryBase, r.cfg.RetryMax, tr.c.Attempt, rand.Float64(), err)
-	ctx, cancel := context.WithTimeout(r.s.Background(), storeTimeout)
+	backoff := leasequeue.RetryWait(e.cfg.RetryBase, e.cfg.RetryMax, at.c.Attempt, rand.Float64(), err)
+	ctx, cancel := context.WithTimeout(e.s.Background(), storeTimeout)
 	defer cancel()
-	r.recordCalls(ctx, tr, log)
-	state, ferr := r.cfg.Store.FailLease(ctx, store.Failure{
-		Lease: tr.c.Lease, Error: msg, Permanent: permanent, MaxAttempts: r.cfg.MaxAttempts, Backoff: backoff,
+	e.recordCalls(ctx, at, log)
+	state, ferr := e.cfg.Store.FailLease(ctx, store.Failure{
+		Lease: at.c.Lease, Error: msg, Permanent: permanent, MaxAttempts: e.cfg.MaxAttempts, Backoff: backoff,
 	})
 	switch {
 	case errors.Is(ferr, store.ErrLeaseLost):
-		r.cfg.Observe(OutcomeLost)
+		e.cfg.Observe(OutcomeLost)
 		log.Info("lease lost before the failure was recorded", "err", err)
-	case r.s.Fault(ferr):
+	case e.s.Fault(ferr):
 		// Logged once per outage; the lease will expire and the task run
 		// again.
 	case ferr != nil:
 		log.Error("could not record a failure; the lease will expire and the task run again", "err", err, "record_err", ferr)
 	case state == intent.StateQueued:
-		r.cfg.Observe(OutcomeRetried)
+		e.cfg.Observe(OutcomeRetried)
 		log.Info("task failed; will retry", "err", err, "backoff", backoff.String())
 	case state == intent.StateCanceled:
-		r.cfg.Observe(OutcomeCanceled)
+		e.cfg.Observe(OutcomeCanceled)
 		log.Info("task canceled with its batch", "err", err)
 	default:
-		r.cfg.Observe(OutcomeFailed)
-		r.abandoned(tr)
+		e.cfg.Observe(OutcomeFailed)
+		e.abandoned(at)
 		log.Warn("task failed", "err", err, "permanent", permanent)
 	}
 }
 
 // recordCalls records the paid calls of a try that ends without a step
 // record carrying them, with the step the task reached.
-func (r *run) recordCalls(ctx context.Context, tr *taskRun, log *slog.Logger) {
-	n := tr.takeCalls()
-	if n == 0 && tr.unrecorded == nil {
+func (e *executor) recordCalls(ctx context.Context, at *attempt, log *slog.Logger) {
+	n := at.takeCalls()
+	if n == 0 && at.unrecorded == nil {
 		return
 	}
-	st := store.StepSave{Lease: tr.c.Lease, Step: tr.step, ProviderRef: tr.ref, Calls: n}
-	if tr.unrecorded != nil {
-		st.Step, st.ProviderRef = tr.unrecorded.Step, tr.unrecorded.ProviderRef
+	st := store.StepSave{Lease: at.c.Lease, Step: at.step, ProviderRef: at.ref, Calls: n}
+	if at.unrecorded != nil {
+		st.Step, st.ProviderRef = at.unrecorded.Step, at.unrecorded.ProviderRef
 	}
-	errs, err := r.cfg.Store.SaveSteps(ctx, []store.StepSave{st})
+	errs, err := e.cfg.Store.SaveSteps(ctx, []store.StepSave{st})
 	if err == nil {
 		err = errs[0] // one step, one answer
 	}
@@ -517,41 +538,36 @@ func (r *run) recordCalls(ctx context.Context, tr *taskRun, log *slog.Logger) {
 
 // abandoned counts the paid calls of a try whose task ended (failed,
 // canceled) without storing an image: results thrown away.
-func (r *run) abandoned(tr *taskRun) {
-	if tr.stored {
+func (e *executor) abandoned(at *attempt) {
+	if at.stored {
 		return
 	}
-	for range tr.calls.N() {
-		r.cfg.Spend.Discarded(tr.c.Generator, generator.ReasonAbandoned)
+	for range at.calls.N() {
+		e.cfg.Spend.Discarded(at.c.Generator, generator.ReasonAbandoned)
 	}
 }
 
 // release hands a lease back, recording first the step the task reached
 // if it was not recorded yet, so that the next holder resumes there.
-func (r *run) release(tr *taskRun, log *slog.Logger, why string, canceled bool) {
-	ctx, cancel := context.WithTimeout(r.s.Background(), storeTimeout)
+func (e *executor) release(at *attempt, log *slog.Logger, why string, canceled bool) {
+	ctx, cancel := context.WithTimeout(e.s.Background(), storeTimeout)
 	defer cancel()
-	r.recordCalls(ctx, tr, log)
-	errs, err := r.cfg.Store.ReleaseLeases(ctx, []store.Lease{tr.c.Lease})
+	e.recordCalls(ctx, at, log)
+	errs, err := e.cfg.Store.ReleaseLeases(ctx, []store.Lease{at.c.Lease})
 	switch {
-	case r.s.Fault(err):
+	case e.s.Fault(err):
 		// Logged once per outage; the lease will expire.
 	case err != nil:
 		log.Error("could not hand the lease back; it will expire", "why", why, "err", err)
 	case errs[0] != nil:
-		r.cfg.Observe(OutcomeLost)
+		e.cfg.Observe(OutcomeLost)
 		log.Info("lease lost before it was handed back", "why", why)
 	case canceled:
-		r.cfg.Observe(OutcomeCanceled)
-		r.abandoned(tr)
+		e.cfg.Observe(OutcomeCanceled)
+		e.abandoned(at)
 		log.Info("task canceled with its batch")
 	default:
-		r.cfg.Observe(OutcomeReleased)
+		e.cfg.Observe(OutcomeReleased)
 		log.Debug("lease handed back", "why", why)
 	}
-}
-
-// sweepParams are the sweep's settings: blobs named by an asset are kept.
-func sweepParams(cfg Config) blob.SweepParams {
-	return blob.SweepParams{OlderThan: cfg.SweepAge, InUse: cfg.Store.BlobInUse}
 }
