@@ -182,7 +182,12 @@ func (c *Client) do(ctx context.Context, cl call) (*answer, error) {
 			if he != nil {
 				return nil, he
 			}
-			return nil, fmt.Errorf("%w after %d tries: %w", ErrUnreachable, try, err)
+			timeout := c.retry.AttemptTimeout
+			if cl.timeout > 0 {
+				timeout = cl.timeout
+			}
+			kind, reason := unreachable(err, timeout)
+			return nil, &UnreachableError{Server: c.base.Redacted(), Reason: reason, Kind: kind, Tries: try, Err: err}
 		}
 		wait := c.backoff(try)
 		if he != nil && he.RetryAfter > 0 {

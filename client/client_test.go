@@ -180,8 +180,15 @@ func TestUnreachable(t *testing.T) {
 	ln.Close()
 	c := newClient(t, "http://"+addr, "tok", client.Retry{Attempts: 3, Base: time.Millisecond, Max: 2 * time.Millisecond})
 	_, err = c.GetBatch(context.Background(), "b1")
-	if !errors.Is(err, client.ErrUnreachable) || !strings.Contains(err.Error(), "after 3 tries") {
+	var ue *client.UnreachableError
+	if !errors.Is(err, client.ErrUnreachable) || !errors.As(err, &ue) || ue.Tries != 3 || ue.Kind != "refused" ||
+		err.Error() != "get batch b1: cannot reach the server at http://"+addr+" (connection refused; 3 tries)" {
 		t.Fatalf("err %v", err)
+	}
+	// The last try's error stays in the chain, for programs.
+	var op *net.OpError
+	if !errors.As(err, &op) {
+		t.Fatalf("no *net.OpError in %v", err)
 	}
 }
 

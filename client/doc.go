@@ -30,5 +30,6 @@
 //
 // Errors from the server are *Error (use errors.As): status, title, detail
 // and the fields at fault. When the tries are used up without an answer,
-// the error wraps ErrUnreachable.
+// the error is an *UnreachableError, which says why in people's words and
+// matches ErrUnreachable (errors.Is).
 package client

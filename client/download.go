@@ -25,6 +25,9 @@ type DownloadOptions struct {
 // DownloadedFile is one image Download saved.
 type DownloadedFile struct {
 	Task Task
+	// Asset is the task's image as the server describes it: its id, size
+	// and SHA-256, which the file's bytes match.
+	Asset Asset
 	// Path is where the image is, in the directory given.
 	Path string
 	// Skipped is set when the file was already there with the same bytes.
@@ -162,7 +165,7 @@ func (c *Client) downloadOne(ctx context.Context, t Task, base string) (Download
 		return DownloadedFile{}, err
 	}
 	path := base + extension(asset.ContentType)
-	f := DownloadedFile{Task: t, Path: path}
+	f := DownloadedFile{Task: t, Asset: *asset, Path: path}
 	if sum, err := fileSHA256(path); err == nil && sum == asset.SHA256 {
 		f.Skipped = true
 		return f, nil

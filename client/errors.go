@@ -1,12 +1,18 @@
 package client
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
+	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"studio/internal/retryafter"
@@ -14,8 +20,86 @@ import (
 
 // ErrUnreachable is wrapped by the error of a call whose every try failed
 // without an answer from the server (connection refused or reset, a
-// timeout): match it with errors.Is.
+// timeout, a name that does not resolve): match it with errors.Is. The
+// error is an *UnreachableError, which says why in people's words.
 var ErrUnreachable = errors.New("server unreachable")
+
+// UnreachableError is the error of a call whose every try failed without
+// an answer. It matches ErrUnreachable (errors.Is) and wraps the last
+// try's error (errors.As finds a *net.DNSError or *net.OpError there).
+type UnreachableError struct {
+	// Server is the server's address, as the client was made with it.
+	Server string
+	// Reason is why the last try got no answer, for people: "connection
+	// refused", "no answer within 30s", "no such host studio.example".
+	Reason string
+	// Kind sorts Reason: "refused", "timeout", "dns" or "other".
+	Kind string
+	// Tries is how many tries the call made.
+	Tries int
+	// Err is the last try's error.
+	Err error
+}
+
+// Error says it for people:
+//
+//	cannot reach the server at http://127.0.0.1:7070 (connection refused; 6 tries)
+func (e *UnreachableError) Error() string {
+	tries := "1 try"
+	if e.Tries != 1 {
+		tries = fmt.Sprintf("%d tries", e.Tries)
+	}
+	return fmt.Sprintf("cannot reach the server at %s (%s; %s)", e.Server, e.Reason, tries)
+}
+
+// Is makes errors.Is(err, ErrUnreachable) hold.
+func (e *UnreachableError) Is(target error) bool { return target == ErrUnreachable }
+
+// Unwrap is the last try's error.
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// unreachable sorts the error of a try that got no answer (timeout: the
+// try's limit) into a reason for people.
+func unreachable(err error, timeout time.Duration) (kind, reason string) {
+	var dns *net.DNSError
+	var op *net.OpError
+	switch {
+	case errors.As(err, &dns):
+		if dns.IsNotFound {
+			return "dns", "no such host " + dns.Name
+		}
+		if dns.IsTimeout {
+			return "dns", "looking up " + dns.Name + " timed out"
+		}
+		return "dns", "cannot look up " + dns.Name
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return "timeout", fmt.Sprintf("no answer within %s", timeout)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused", "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "other", "the connection was reset"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "other", "no route to the host"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "other", "the connection closed before the answer was whole"
+	case errors.As(err, &op):
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return "timeout", fmt.Sprintf("no answer within %s", timeout)
+		}
+		return "other", op.Err.Error()
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "timeout", fmt.Sprintf("no answer within %s", timeout)
+	}
+	// A TLS or protocol failure: the innermost words are the clearest.
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return "other", err.Error()
+}
 
 // Error is an error answer of the server: its status and the RFC 9457
 // problem document it carried (or, for an answer that was not one, the

@@ -151,7 +151,20 @@ func runClient(ctx context.Context, cmd string, args []string, stdin io.Reader, 
 //	400 Bad Request: The request body is invalid.
 //	  prompt: must not be empty
 //	  sets: must have 1 to 20 items
+//
+// A server that did not answer is said as a person would, with where to
+// look (the words of Go's network stack stay out):
+//
+//	cannot reach the server at http://127.0.0.1:7070 (connection refused; 6 tries); is studio serve running there? (--server / STUDIO_SERVER)
 func errorText(err error) string {
+	var se *submitError
+	if errors.As(err, &se) {
+		return err.Error() // se says it all; a 401 adds where the token came from
+	}
+	var ue *apiclient.UnreachableError
+	if errors.As(err, &ue) {
+		return unreachableText(ue)
+	}
 	var ae *apiclient.Error
 	if !errors.As(err, &ae) {
 		return err.Error()
@@ -164,6 +177,48 @@ func errorText(err error) string {
 	// put the list in its place, after what wraps it.
 	s := strings.Replace(err.Error(), ae.Error(), ae.Headline(), 1)
 	return s + "\n  " + strings.Join(fields, "\n  ")
+}
+
+// unreachableText is why no answer came and what to check.
+func unreachableText(ue *apiclient.UnreachableError) string {
+	hint := map[string]string{
+		"refused": "is studio serve running there?",
+		"dns":     "is the address right?",
+		"timeout": "is it overloaded, or is the network between slow?",
+	}[ue.Kind]
+	if hint == "" {
+		hint = "is the address right, and studio serve running there?"
+	}
+	return ue.Error() + "; " + hint + " (--server / STUDIO_SERVER)"
+}
+
+// submitError is the failure of submit's POST: the server's problem, or
+// no answer, with the request id that was sent.
+type submitError struct {
+	requestID string
+	err       error
+}
+
+func (e *submitError) Error() string { return e.text() }
+func (e *submitError) Unwrap() error { return e.err }
+
+// text says the failure without the client's call name, then the request
+// id: a refusal with its fields on the lines after; no answer with the
+// advice to run the command again, which sends the same id.
+func (e *submitError) text() string {
+	var ue *apiclient.UnreachableError
+	if errors.As(e.err, &ue) {
+		return fmt.Sprintf("%s. Run the same command again when it answers: it sends the same request id (%s), so at most one batch is made.", unreachableText(ue), e.requestID)
+	}
+	var ae *apiclient.Error
+	if !errors.As(e.err, &ae) {
+		return fmt.Sprintf("%v (request id %s)", e.err, e.requestID)
+	}
+	s := ae.Headline() + " (request id " + e.requestID + ")"
+	if fields := ae.FieldLines(); len(fields) > 0 {
+		s += "\n  " + strings.Join(fields, "\n  ")
+	}
+	return s
 }
 
 func clientCommand(ctx context.Context, cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
@@ -227,7 +282,7 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		case "wait":
 			b, err = follow(ctx, c, ids[0], stderr)
 			if err == nil && dir != "" {
-				err = download(ctx, c, ids[0], dir, stderr)
+				_, err = download(ctx, c, ids[0], dir, stderr)
 			}
 		}
 		if err != nil {
@@ -260,7 +315,7 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		fmt.Fprintf(stdout, "deleted %s\n", ids[0])
 		return nil
 	case "download":
-		fs := newClientFlagSet(cmd, stderr, &f, "usage: studio download ID DIR [flags]\n\nSaves the images of the batch's succeeded tasks in DIR (made if missing), one\nfile per task named collection-frame-generator-candidate.png, each checked\nagainst its SHA-256 and written whole (temporary file, then rename); files\nalready there with the right bytes are kept, so it can be run again.")
+		fs := newClientFlagSet(cmd, stderr, &f, "usage: studio download ID DIR [flags]\n\nSaves the images of the batch's succeeded tasks in DIR (made if missing), one\nfile per task named collection-frame-generator-candidate.png, each checked\nagainst its SHA-256 and written whole (temporary file, then rename); files\nalready there with the right bytes are kept, so it can be run again.\n--json prints each file saved or kept, one per line: path, task_id, asset_id,\nbytes, sha256, kept, collection, frame, generator, candidate.")
 		a, err := parseClientArgs(fs, args, "ID", "DIR")
 		if err != nil {
 			return err
@@ -269,15 +324,18 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		if err != nil {
 			return err
 		}
-		if err := download(ctx, c, a[0], a[1], stderr); err != nil {
-			return err
-		}
-		b, err := c.GetBatch(ctx, a[0])
+		files, err := download(ctx, c, a[0], a[1], stderr)
 		if err != nil {
 			return err
 		}
 		if f.json {
-			printBatch(stdout, b, true)
+			if err := printSaved(stdout, files); err != nil {
+				return err
+			}
+		}
+		b, err := c.GetBatch(ctx, a[0])
+		if err != nil {
+			return err
 		}
 		if apiclient.Ended(b.State) && b.State != apiclient.StateSucceeded {
 			return &cliError{exitTasksFailed, fmt.Errorf("the batch %s: %d of its %d tasks failed or were canceled; studio tasks %s --state failed says why",
@@ -452,7 +510,7 @@ func submit(ctx context.Context, f clientFlags, file string, fresh, wait bool, d
 		if ctx.Err() != nil {
 			return &cliError{exitTasksFailed, fmt.Errorf("interrupted before the answer; run the same command again: it answers the batch if one was made (request id %s)", requestID)}
 		}
-		return err
+		return &submitError{requestID: requestID, err: err}
 	}
 	b := res.Record
 	if res.Replayed {
@@ -469,7 +527,7 @@ func submit(ctx context.Context, f clientFlags, file string, fresh, wait bool, d
 			return err
 		}
 		if dir != "" {
-			if err := download(ctx, c, b.ID, dir, stderr); err != nil {
+			if _, err := download(ctx, c, b.ID, dir, stderr); err != nil {
 				return err
 			}
 		}
@@ -579,13 +637,13 @@ func list(ctx context.Context, c *apiclient.Client, limit int, all, asJSON bool,
 }
 
 // download saves a batch's images and says how many.
-func download(ctx context.Context, c *apiclient.Client, id, dir string, stderr io.Writer) error {
+func download(ctx context.Context, c *apiclient.Client, id, dir string, stderr io.Writer) ([]apiclient.DownloadedFile, error) {
 	files, err := c.Download(ctx, id, dir, apiclient.DownloadOptions{})
 	if err != nil {
 		if apiclient.StatusOf(err) == 0 && !errors.Is(err, apiclient.ErrUnreachable) && ctx.Err() == nil {
-			return &cliError{exitTasksFailed, err}
+			return nil, &cliError{exitTasksFailed, err}
 		}
-		return err
+		return nil, err
 	}
 	kept := 0
 	for _, f := range files {
@@ -594,6 +652,32 @@ func download(ctx context.Context, c *apiclient.Client, id, dir string, stderr i
 		}
 	}
 	fmt.Fprintf(stderr, "saved %d images in %s (%d already there)\n", len(files), dir, kept)
+	return files, nil
+}
+
+// savedFile is one line of download --json: a file saved (or kept,
+// already there with the same bytes), its task and its asset.
+type savedFile struct {
+	Path       string `json:"path"`
+	TaskID     string `json:"task_id"`
+	AssetID    string `json:"asset_id"`
+	Bytes      int64  `json:"bytes"`
+	SHA256     string `json:"sha256"`
+	Kept       bool   `json:"kept"`
+	Collection string `json:"collection"`
+	Frame      string `json:"frame"`
+	Generator  string `json:"generator"`
+	Candidate  int    `json:"candidate"`
+}
+
+// printSaved prints download --json: one object per file, in plan order.
+func printSaved(w io.Writer, files []apiclient.DownloadedFile) error {
+	for _, f := range files {
+		if err := printJSON(w, savedFile{Path: f.Path, TaskID: f.Task.ID, AssetID: f.Asset.ID, Bytes: f.Asset.Size, SHA256: f.Asset.SHA256,
+			Kept: f.Skipped, Collection: f.Task.Collection, Frame: f.Task.Frame, Generator: f.Task.Generator, Candidate: f.Task.Candidate}); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	apiclient "studio/client"
 )
@@ -43,6 +48,122 @@ func TestWaitPrintsEachErrorOnce(t *testing.T) {
 			if !strings.Contains(got, want) {
 				t.Errorf("terminal %v: the summary lacks %q:\n%s", terminal, want, got)
 			}
+		}
+	}
+}
+
+// TestCLINoAnswer: a server that does not answer is said for a person
+// (where it was looked for, why no answer came, what to check, and for
+// submit that running it again is safe), never in the words of Go's
+// network stack, and exits 3 as "studio help" states.
+func TestCLINoAnswer(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	// hang accepts connections and never answers.
+	hang, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hang.Close() })
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := hang.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	dir := t.TempDir()
+	request := filepath.Join(dir, "request.json")
+	if err := os.WriteFile(request, []byte(`{"request_id": "r-1", "prompt": "p", "sets": [{"collection": "c", "frames": ["a"]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const where = " (--server / STUDIO_SERVER)"
+	cases := []struct {
+		name string
+		args []string
+		want []string // the message holds each, in order
+	}{
+		{"refused", []string{"status", "b1", "--server", dead, "--retries", "2"},
+			[]string{"studio status: cannot reach the server at " + dead + " (connection refused; 2 tries); is studio serve running there?" + where + "\n"}},
+		{"refused, a bare HOST:PORT", []string{"ls", "--server", strings.TrimPrefix(dead, "http://"), "--retries", "1"},
+			[]string{"studio ls: cannot reach the server at " + dead + " (connection refused; 1 try); is studio serve running there?" + where + "\n"}},
+		{"refused submit", []string{"submit", request, "--server", dead, "--retries", "1"},
+			[]string{"studio submit: cannot reach the server at " + dead + " (connection refused; 1 try); is studio serve running there?" + where + ". ",
+				"Run the same command again when it answers: it sends the same request id (r-1), so at most one batch is made.\n"}},
+		{"no such host", []string{"status", "b1", "--server", "http://studio-nohost.invalid:7070", "--retries", "1"},
+			[]string{"studio status: cannot reach the server at http://studio-nohost.invalid:7070 (", "studio-nohost.invalid; 1 try); is the address right?" + where + "\n"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errb bytes.Buffer
+			args := append(c.args[1:], "--token", "x")
+			if c.args[0] == "submit" {
+				args = append(args, "--journal", dir)
+			}
+			code := runClient(context.Background(), c.args[0], args, strings.NewReader(""), &out, &errb)
+			got := errb.String()
+			if code != exitUnreachable {
+				t.Errorf("exit %d, want %d: %s", code, exitUnreachable, got)
+			}
+			rest := got
+			for _, w := range c.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("stderr %q\nlacks %q", got, w)
+				}
+				rest = rest[i+len(w):]
+			}
+			noGoWords(t, got)
+		})
+	}
+
+	// No answer within the try's time: through the client of the
+	// commands, with a short time per try.
+	t.Run("timeout", func(t *testing.T) {
+		t.Parallel()
+		server := "http://" + hang.Addr().String()
+		c, err := apiclient.New(server, apiclient.WithRetry(apiclient.Retry{Attempts: 2, Base: time.Millisecond, AttemptTimeout: 100 * time.Millisecond}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.GetBatch(context.Background(), "b1")
+		if exitCode(err) != exitUnreachable {
+			t.Errorf("exit %d for %v", exitCode(err), err)
+		}
+		want := "cannot reach the server at " + server + " (no answer within 100ms; 2 tries); is it overloaded, or is the network between slow?" + where
+		if got := errorText(err); got != want {
+			t.Fatalf("%q\nwant %q", got, want)
+		}
+		_, err = c.CreateGenerationJSON(context.Background(), []byte(`{"prompt": "p"}`), "r-2")
+		got := errorText(&submitError{requestID: "r-2", err: err})
+		if !strings.HasPrefix(got, want+". Run the same command again") || !strings.Contains(got, "(r-2)") {
+			t.Fatalf("submit: %q", got)
+		}
+		noGoWords(t, got)
+	})
+}
+
+// noGoWords fails when a message has the words of Go's network stack or
+// the client's call names in it.
+func noGoWords(t *testing.T, msg string) {
+	t.Helper()
+	for _, w := range []string{"dial tcp", "connect:", "lookup ", `Get "`, `Post "`, "context deadline", "create generation", "get batch", "server unreachable", "i/o timeout"} {
+		if strings.Contains(msg, w) {
+			t.Errorf("%q in %q", w, msg)
 		}
 	}
 }

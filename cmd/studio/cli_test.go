@@ -93,8 +93,8 @@ func TestCLIProblemDetails(t *testing.T) {
 			code := runClient(context.Background(), "submit", []string{"-", "--server", api.Addr, "--data", data, "--journal", journal},
 				strings.NewReader(c.body), &out, &errb)
 			lines := strings.Split(strings.TrimSuffix(errb.String(), "\n"), "\n")
-			if code != exitUsage || !strings.HasPrefix(lines[0], "studio submit: create generation ") || !strings.HasSuffix(lines[0], ": "+c.head) {
-				t.Fatalf("exit %d, stderr:\n%s\nwant exit 2 and a first line ending %q", code, errb.String(), c.head)
+			if code != exitUsage || !regexp.MustCompile(`^studio submit: `+regexp.QuoteMeta(c.head)+` \(request id [0-9a-f-]{36}\)$`).MatchString(lines[0]) {
+				t.Fatalf("exit %d, stderr:\n%s\nwant exit 2 and a first line %q and the request id", code, errb.String(), "studio submit: "+c.head)
 			}
 			var fields []string
 			for _, l := range lines[1:] {

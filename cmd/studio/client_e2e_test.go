@@ -512,6 +512,45 @@ func TestCallerCommands(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 4 {
 		t.Fatalf("%d files downloaded", len(entries))
 	}
+	// --json prints what was saved, one file per line: its path, task,
+	// asset, size and SHA-256, which the file on disk matches; run again,
+	// the files are kept.
+	jsonDir := filepath.Join(t.TempDir(), "json")
+	for round, kept := range []bool{false, true} {
+		code, out, errs := cli("", "download", b.ID, jsonDir, "--json")
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if code != exitOK || len(lines) != 4 {
+			t.Fatalf("download --json (round %d): exit %d, %q, %s", round, code, out, errs)
+		}
+		for _, line := range lines {
+			var f struct {
+				Path       string `json:"path"`
+				TaskID     string `json:"task_id"`
+				AssetID    string `json:"asset_id"`
+				Bytes      int64  `json:"bytes"`
+				SHA256     string `json:"sha256"`
+				Kept       bool   `json:"kept"`
+				Collection string `json:"collection"`
+				Frame      string `json:"frame"`
+				Generator  string `json:"generator"`
+				Candidate  int    `json:"candidate"`
+			}
+			dec := json.NewDecoder(strings.NewReader(line))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&f); err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			data, err := os.ReadFile(f.Path)
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			sum := sha256.Sum256(data)
+			if filepath.Dir(f.Path) != jsonDir || f.TaskID == "" || f.AssetID == "" || f.Bytes != int64(len(data)) ||
+				f.SHA256 != hex.EncodeToString(sum[:]) || f.Kept != kept || f.Collection != "c" || f.Generator == "" || f.Candidate != 1 {
+				t.Fatalf("round %d: %q does not say the file saved (%d bytes)", round, line, len(data))
+			}
+		}
+	}
 	if code, out, _ := cli("", "ls", "--json"); code != exitOK || strings.Count(out, "\n") != 1 || !strings.Contains(out, b.ID) {
 		t.Fatalf("ls: exit %d, %q", code, out)
 	}
@@ -572,7 +611,7 @@ func TestCallerCommands(t *testing.T) {
 	}
 
 	bad := `{"prompt": "", "sets": []}`
-	if code, _, errs := cli(bad, "submit", "-", "--journal", journal); code != exitUsage || !strings.Contains(errs, "The request body is invalid.\n  prompt: must not be empty\n") {
+	if code, _, errs := cli(bad, "submit", "-", "--journal", journal); code != exitUsage || !strings.Contains(errs, "The request body is invalid. (request id ") || !strings.Contains(errs, ")\n  prompt: must not be empty\n") {
 		t.Fatalf("bad input: exit %d, %s", code, errs)
 	}
 	if code, _, _ := cli("not json", "submit", "-", "--journal", journal); code != exitUsage {
@@ -592,7 +631,7 @@ func TestCallerCommands(t *testing.T) {
 	ln.Close()
 	var out2, errb bytes.Buffer
 	if code := runClient(context.Background(), "ls", []string{"--server", "http://" + dead, "--token", "x", "--retries", "2"},
-		strings.NewReader(""), &out2, &errb); code != exitUnreachable || !strings.Contains(errb.String(), "unreachable") {
+		strings.NewReader(""), &out2, &errb); code != exitUnreachable || !strings.Contains(errb.String(), "cannot reach the server at http://"+dead+" (connection refused; 2 tries)") {
 		t.Fatalf("unreachable: exit %d, %s", code, errb.String())
 	}
 }

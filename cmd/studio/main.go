@@ -49,8 +49,10 @@ Usage:
 ` + clientUsage + `
 
 --json: every command that prints a result prints it as JSON on stdout
-instead, one object per line: submit, status, wait, cancel and download (the
-batch), tasks (its tasks), ls (the batches), delete, token create, list and
+instead, one object per line: submit, status, wait and cancel (the batch),
+download (each file saved or kept: path, task_id, asset_id, bytes, sha256,
+kept, collection, frame, generator, candidate), tasks (its tasks), ls (the
+batches), delete, token create, list and
 revoke, migrate, prune, vacuum, backup, assets copy, bench (and bench
 --list) and --version. serve and worker print no result.
 
