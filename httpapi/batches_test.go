@@ -299,6 +299,9 @@ func TestDeleteBatch(t *testing.T) {
 	}
 	wantProblem(t, del("alice"), http.StatusNotFound)
 	wantProblem(t, h.do(req{method: "GET", path: "/v1/batches/" + b.ID, actor: "alice"}), http.StatusNotFound)
+	// The same bytes as the first create: the server's memory of answered
+	// bodies (Server.bodies) knows them, and must still find the binding
+	// gone rather than replay the deleted batch.
 	again := h.create("alice", "req-del", 1, 2) // 201, not a replay
 	if again.ID == b.ID {
 		t.Fatalf("the freed request id replayed the deleted batch")

@@ -50,26 +50,32 @@ type galleryManifest struct {
 // publication at /gallery/ with no token, through itself or by a
 // presigned redirect. On PostgreSQL two API instances share nothing but the
 // database and the bucket (each its own --data): one runs the workers and
-// carries the publication out, the other, with no workers, serves it.
+// carries the publication out, the other, with no workers, serves it. The
+// same holds with the bytes in PostgreSQL's blobs table instead.
 func TestGalleryInObjectStore(t *testing.T) {
 	t.Parallel()
-	for _, engine := range []string{"sqlite", "postgres"} {
+	for _, engine := range []string{"sqlite", "postgres", "postgres-blobs"} {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
 			bk := newBucket(t)
 			dataA, dataB := t.TempDir(), t.TempDir()
 			envA := append(bk.srv.Env(), "STUDIO_DATA="+dataA)
 			var pgURL string
-			if engine == "postgres" {
+			assets := []string{"--assets", bk.url("")}
+			redirect := []string{"--assets-redirect", "1m"}
+			if engine != "sqlite" {
 				pgURL, _ = pgtest.Schema(t)
 				envA = append(envA, "STUDIO_DATABASE_URL="+pgURL)
 			}
-			a := startProcess(t, envA, "serve", "--addr", "127.0.0.1:0", "--workers", "2", "--assets", bk.url(""))
+			if engine == "postgres-blobs" {
+				assets, redirect = nil, nil
+			}
+			a := startProcess(t, envA, append([]string{"serve", "--addr", "127.0.0.1:0", "--workers", "2"}, assets...)...)
 			b := a // on SQLite the one instance serves what it published
 			var token string
-			if engine == "postgres" {
+			if engine != "sqlite" {
 				envB := append(bk.srv.Env(), "STUDIO_DATA="+dataB, "STUDIO_DATABASE_URL="+pgURL)
-				b = startProcess(t, envB, "serve", "--addr", "127.0.0.1:0", "--workers", "0", "--assets", bk.url(""), "--assets-redirect", "1m")
+				b = startProcess(t, envB, append(append([]string{"serve", "--addr", "127.0.0.1:0", "--workers", "0"}, assets...), redirect...)...)
 				token = pgToken(t, pgURL, "alice")
 			} else {
 				token = readToken(t, dataA)
@@ -82,10 +88,10 @@ func TestGalleryInObjectStore(t *testing.T) {
 			if batch.State != intent.StateSucceeded {
 				t.Fatalf("batch %+v", batch)
 			}
-			var assets []string
+			var published []string
 			images := map[string][]byte{}
 			for _, tk := range tasksOf(t, c, batch.ID) {
-				assets = append(assets, *tk.AssetID)
+				published = append(published, *tk.AssetID)
 				resp, body := get(t, c, token, "/v1/assets/"+*tk.AssetID+"/content?redirect=false")
 				if resp.StatusCode != http.StatusOK {
 					t.Fatalf("asset content: %d", resp.StatusCode)
@@ -96,7 +102,7 @@ func TestGalleryInObjectStore(t *testing.T) {
 
 			// Publish two of the three, twice (the answer lost): one
 			// publication.
-			pubReq := map[string]any{"request_id": "pub-s3", "batch_id": batch.ID, "asset_ids": assets[:2]}
+			pubReq := map[string]any{"request_id": "pub-s3", "batch_id": batch.ID, "asset_ids": published[:2]}
 			var pub, again publicationAnswer
 			if resp, err := c.do(ctx, "POST", "/v1/publications", pubReq, &pub); err != nil || resp.StatusCode != http.StatusCreated {
 				t.Fatalf("publish: %v %v", resp, err)
@@ -127,7 +133,11 @@ func TestGalleryInObjectStore(t *testing.T) {
 			}
 			for i, e := range m.Items {
 				img := images[e.ID]
-				if e.ID != assets[i] || e.File != e.ID+".png" || e.SHA256 != blobSHA(img) || !slices.Contains(objectsBefore, e.SHA256) {
+				inStore := slices.Contains(objectsBefore, e.SHA256)
+				if engine == "postgres-blobs" {
+					inStore = blobRows(t, pgURL, e.SHA256) == 1
+				}
+				if e.ID != published[i] || e.File != e.ID+".png" || e.SHA256 != blobSHA(img) || !inStore {
 					t.Fatalf("manifest item %d: %+v", i, e)
 				}
 				resp, body := galleryGet(t, b.Addr, "/gallery/"+pub.ID+"/"+e.File+"?redirect=false")
@@ -136,7 +146,7 @@ func TestGalleryInObjectStore(t *testing.T) {
 					t.Fatalf("%s through studio: %d, %d bytes", e.File, resp.StatusCode, len(body))
 				}
 				resp, body = galleryGet(t, b.Addr, "/gallery/"+pub.ID+"/"+e.File)
-				if engine == "sqlite" {
+				if redirect == nil || b == a {
 					// No --assets-redirect: streamed.
 					if resp.StatusCode != http.StatusOK || !bytes.Equal(body, img) {
 						t.Fatalf("%s: %d", e.File, resp.StatusCode)
@@ -158,9 +168,19 @@ func TestGalleryInObjectStore(t *testing.T) {
 				}
 			}
 			// The image not published is not in the gallery.
-			if resp, _ := galleryGet(t, b.Addr, "/gallery/"+pub.ID+"/"+assets[2]+".png"); resp.StatusCode != http.StatusNotFound {
+			if resp, _ := galleryGet(t, b.Addr, "/gallery/"+pub.ID+"/"+published[2]+".png"); resp.StatusCode != http.StatusNotFound {
 				t.Fatalf("an image not published: %d", resp.StatusCode)
 			}
 		})
 	}
+}
+
+// blobRows counts the blobs table's rows of a SHA-256.
+func blobRows(t *testing.T, url, sha string) int {
+	t.Helper()
+	var n int
+	if err := pgStore(t, url).Pool().QueryRow(context.Background(), `SELECT count(*) FROM blobs WHERE sha256 = $1`, sha).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
