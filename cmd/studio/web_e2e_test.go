@@ -27,6 +27,7 @@ import (
 
 	apiclient "studio/client"
 	"studio/internal/testskip"
+	"studio/web"
 )
 
 // The web studio, end to end: the whole program in this process, a proxy
@@ -944,6 +945,43 @@ func TestWebProblemRule(t *testing.T) {
 		if want := (shown{Head: c.Headline(), Items: c.FieldLines()}); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
 			t.Errorf("%s\nthe page shows %q\nthe CLI says  %q", doc, got, want)
 		}
+	}
+}
+
+// TestWebLostAnswerText: a call that got no usable answer reads as one
+// sentence wherever the page says it, with the server's detail in it and
+// one final period (a 503 to a POST carries a detail that ends with one).
+func TestWebLostAnswerText(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 800, 600)
+	defer p.noPageErrors()
+	mux := http.NewServeMux()
+	mux.Handle("/", web.Handler())
+	mux.HandleFunc("/v1/busy", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The database is busy."}`)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	p.do(chromedp.Navigate(srv.URL + "/ui/index.html"))
+	got, err := chromedp.Run(p.ctx, chromedp.Evaluate[[]string](`(async () => {
+		const {api} = await import('/ui/api.js');
+		const {failureView} = await import('/ui/dom.js');
+		try {
+			await api('/v1/busy', {method: 'POST', body: '{}', auth: ''});
+			return ['no error'];
+		} catch (err) {
+			return [err.name, err.reason, failureView(err, 'Cancel failed.').textContent];
+		}
+	})()`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"LostAnswer", "the server or a proxy answered 503 Service Unavailable: The database is busy",
+		"Cancel failed. No answer from studio: the server or a proxy answered 503 Service Unavailable: The database is busy."}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got  %q\nwant %q", got, want)
 	}
 }
 
