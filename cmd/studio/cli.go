@@ -165,6 +165,9 @@ func errorText(err error) string {
 	if errors.As(err, &ue) {
 		return unreachableText(ue)
 	}
+	if errors.Is(err, context.Canceled) {
+		return "interrupted" // by the user (Ctrl-C): the call's words would say nothing more
+	}
 	var ae *apiclient.Error
 	if !errors.As(err, &ae) {
 		return err.Error()
@@ -224,6 +227,9 @@ func (e *callError) text() string {
 			return unreachableText(ue)
 		}
 		return fmt.Sprintf("%s. Run the same command again when it answers: it sends the same %s, so at most one batch is made.", unreachableText(ue), e.about)
+	}
+	if errors.Is(e.err, context.Canceled) {
+		return "interrupted"
 	}
 	var ae *apiclient.Error
 	if !errors.As(e.err, &ae) {

@@ -131,6 +131,18 @@ func TestCLINoAnswer(t *testing.T) {
 		})
 	}
 
+	// Interrupted (Ctrl-C ends the context): said in one word, exit 1.
+	t.Run("interrupted", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var out, errb bytes.Buffer
+		code := runClient(ctx, "status", []string{"b1", "--server", "http://" + hang.Addr().String(), "--token", "x"}, strings.NewReader(""), &out, &errb)
+		if want := "studio status: interrupted\n"; code != exitTasksFailed || errb.String() != want {
+			t.Fatalf("exit %d, %q; want exit 1, %q", code, errb.String(), want)
+		}
+	})
+
 	// No answer within the try's time: through the client of the
 	// commands, with a short time per try.
 	t.Run("timeout", func(t *testing.T) {
