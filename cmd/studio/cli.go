@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -455,6 +456,9 @@ func newCLIClient(f *clientFlags) (*apiclient.Client, error) {
 	default:
 		path := filepath.Join(f.data, "token")
 		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, usageErr("no token: give --token or STUDIO_TOKEN, or --data (STUDIO_DATA) with a token file (%s does not exist; studio serve writes it on its first start)", path)
+		}
 		if err != nil {
 			return nil, usageErr("no token: give --token or STUDIO_TOKEN, or --data with a token file (%v)", err)
 		}

@@ -131,6 +131,18 @@ func TestCLINoAnswer(t *testing.T) {
 		})
 	}
 
+	// No token anywhere: where it was looked for, in a sentence.
+	t.Run("no token", func(t *testing.T) {
+		t.Parallel()
+		var out, errb bytes.Buffer
+		code := runClient(context.Background(), "ls", []string{"--server", dead, "--data", dir, "--token", ""}, strings.NewReader(""), &out, &errb)
+		want := "studio ls: no token: give --token or STUDIO_TOKEN, or --data (STUDIO_DATA) with a token file (" + filepath.Join(dir, "token") +
+			" does not exist; studio serve writes it on its first start)\n"
+		if code != exitUsage || errb.String() != want {
+			t.Fatalf("exit %d, %q; want exit 2, %q", code, errb.String(), want)
+		}
+	})
+
 	// Interrupted (Ctrl-C ends the context): said in one word, exit 1.
 	t.Run("interrupted", func(t *testing.T) {
 		t.Parallel()
