@@ -985,6 +985,42 @@ func TestWebLostAnswerText(t *testing.T) {
 	}
 }
 
+// TestWebUnreadableUpdate: an event of the batch's stream that is not
+// JSON (a proxy's mangling) is said in people's words, not the parser's,
+// and the batch page still follows the stream to its end.
+func TestWebUnreadableUpdate(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 800, 600)
+	defer p.noPageErrors()
+	mux := http.NewServeMux()
+	mux.Handle("/", web.Handler())
+	mux.HandleFunc("/v1/batches/b/events", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "id: 1\nevent: task\ndata: {not json\n\nid: 2\nevent: done\ndata: {\"id\": \"b\", \"state\": \"succeeded\", \"counts\": {}}\n\n")
+	})
+	mux.HandleFunc("/v1/batches/b/tasks", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"items": [], "next_cursor": null}`)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	p.do(chromedp.Navigate(srv.URL + "/ui/index.html"))
+	if _, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](`(async () => {
+		const {liveView} = await import('/ui/batch/live.js');
+		const {batchState} = await import('/ui/batch/state.js');
+		const v = liveView(batchState({id: 'b', state: 'running', counts: {}}, []), '/v1/batches/b', new AbortController().signal);
+		document.body.append(v.status, v.problems);
+		return true;
+	})()`, chromedp.EvalAwaitPromise)); err != nil {
+		t.Fatal(err)
+	}
+	p.waitJS("the stream followed to its end", `document.querySelector('#live').dataset.state === 'ended'`)
+	if got, want := eval[string](p, `document.querySelector('#live-problems').textContent`),
+		"An update could not be read; the tasks are read again. The update was not valid JSON."; got != want {
+		t.Fatalf("the page says %q; want %q", got, want)
+	}
+}
+
 // TestWebSSEParser feeds one stream to the page's events parser cut into
 // pieces of every size (CRLF, LF and CR line ends, a CR and its LF in two
 // pieces, comments, multi-line data, an event with no data, retry) and
