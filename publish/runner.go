@@ -116,9 +116,10 @@ func (r *Runner) Start(ctx context.Context) error { return r.runner.Start(ctx) }
 // for the one stop.
 func (r *Runner) Stop(ctx context.Context) { r.runner.Stop(ctx) }
 
-// Claim leases up to limit items.
+// Claim leases up to limit items, waiting at most a third of the lease for
+// the database's locks (tasks.Claim in package worker says why).
 func (h *items) Claim(ctx context.Context, owner string, limit int, ttl time.Duration) ([]store.ClaimedItem, error) {
-	return h.cfg.Store.ClaimItems(ctx, store.ClaimParams{
+	return h.cfg.Store.ClaimItems(store.WithWait(ctx, ttl/3), store.ClaimParams{
 		Owner: owner, Limit: limit, TTL: ttl, MaxAttempts: h.cfg.MaxAttempts,
 	})
 }

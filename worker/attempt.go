@@ -69,9 +69,13 @@ func (at *attempt) giveBack(n int) {
 	at.savedCalls -= n
 }
 
-// Claim leases up to limit tasks, and reads each batch's spec once.
+// Claim leases up to limit tasks, and reads each batch's spec once. The
+// claim waits at most a third of the lease for the database's locks: the
+// runner counts a lease from the claim's start, so one that waited out an
+// outage would be given up as soon as it was taken, and the task burn an
+// attempt; it answers a busy fault instead, and the runner tries again.
 func (h *tasks) Claim(ctx context.Context, owner string, limit int, ttl time.Duration) ([]*attempt, error) {
-	cs, err := h.cfg.Store.ClaimTasks(ctx, store.ClaimParams{
+	cs, err := h.cfg.Store.ClaimTasks(store.WithWait(ctx, ttl/3), store.ClaimParams{
 		Owner: owner, Limit: limit, TTL: ttl, MaxAttempts: h.cfg.MaxAttempts,
 		SkipGenerators: h.cfg.Breakers.Skip(),
 	})

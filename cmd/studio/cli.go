@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -157,13 +158,16 @@ func runClient(ctx context.Context, cmd string, args []string, stdin io.Reader, 
 //
 //	cannot reach the server at http://127.0.0.1:7070 (connection refused; 6 tries); is studio serve running there? (--server / STUDIO_SERVER)
 func errorText(err error) string {
-	var se *submitError
-	if errors.As(err, &se) {
-		return err.Error() // se says it all; a 401 adds where the token came from
+	var ce *callError
+	if errors.As(err, &ce) {
+		return err.Error() // ce says it all; a 401 adds where the token came from
 	}
 	var ue *apiclient.UnreachableError
 	if errors.As(err, &ue) {
 		return unreachableText(ue)
+	}
+	if errors.Is(err, context.Canceled) {
+		return "interrupted" // by the user (Ctrl-C): the call's words would say nothing more
 	}
 	var ae *apiclient.Error
 	if !errors.As(err, &ae) {
@@ -192,29 +196,53 @@ func unreachableText(ue *apiclient.UnreachableError) string {
 	return ue.Error() + "; " + hint + " (--server / STUDIO_SERVER)"
 }
 
-// submitError is the failure of submit's POST: the server's problem, or
-// no answer, with the request id that was sent.
-type submitError struct {
-	requestID string
-	err       error
+// callError is the failure of a call about one thing, a request id that
+// submit sent or a batch: the server's problem or no answer, said without
+// the client's call name ("create generation ...: ", "get batch ...: "),
+// then what it was about.
+type callError struct {
+	about  string // "request id X", "batch X"
+	resend bool   // submit: running it again sends the same request id
+	err    error
 }
 
-func (e *submitError) Error() string { return e.text() }
-func (e *submitError) Unwrap() error { return e.err }
+func (e *callError) Error() string { return e.text() }
+func (e *callError) Unwrap() error { return e.err }
 
-// text says the failure without the client's call name, then the request
-// id: a refusal with its fields on the lines after; no answer with the
-// advice to run the command again, which sends the same id.
-func (e *submitError) text() string {
+// aboutBatch says which batch a failed call was about (nil stays nil).
+func aboutBatch(id string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &callError{about: "batch " + id, err: err}
+}
+
+// text says the failure: a refusal with what it was about and its fields
+// on the lines after; no answer with what to check (and, for submit, that
+// running it again is safe, which sends the same id); anything else as it
+// is.
+func (e *callError) text() string {
 	var ue *apiclient.UnreachableError
 	if errors.As(e.err, &ue) {
-		return fmt.Sprintf("%s. Run the same command again when it answers: it sends the same request id (%s), so at most one batch is made.", unreachableText(ue), e.requestID)
+		if !e.resend {
+			return unreachableText(ue)
+		}
+		return fmt.Sprintf("%s. Run the same command again when it answers: it sends the same %s, so at most one batch is made.", unreachableText(ue), e.about)
+	}
+	if errors.Is(e.err, context.Canceled) {
+		return "interrupted"
 	}
 	var ae *apiclient.Error
 	if !errors.As(e.err, &ae) {
-		return fmt.Sprintf("%v (request id %s)", e.err, e.requestID)
+		if e.resend {
+			return fmt.Sprintf("%v (%s)", e.err, e.about)
+		}
+		return e.err.Error()
 	}
-	s := ae.Headline() + " (request id " + e.requestID + ")"
+	s := ae.Headline()
+	if ae.Status != http.StatusUnauthorized { // a refused token is about no batch
+		s += " (" + e.about + ")"
+	}
 	if fields := ae.FieldLines(); len(fields) > 0 {
 		s += "\n  " + strings.Join(fields, "\n  ")
 	}
@@ -286,7 +314,7 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 			}
 		}
 		if err != nil {
-			return err
+			return aboutBatch(ids[0], err)
 		}
 		printBatch(stdout, b, f.json)
 		if !f.json {
@@ -307,7 +335,7 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 			return err
 		}
 		if err := c.DeleteBatch(ctx, ids[0]); err != nil {
-			return err
+			return aboutBatch(ids[0], err)
 		}
 		if f.json {
 			return printJSON(stdout, map[string]any{"id": ids[0], "deleted": true})
@@ -326,7 +354,7 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		}
 		files, err := download(ctx, c, a[0], a[1], stderr)
 		if err != nil {
-			return err
+			return aboutBatch(a[0], err)
 		}
 		if f.json {
 			if err := printSaved(stdout, files); err != nil {
@@ -335,7 +363,7 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		}
 		b, err := c.GetBatch(ctx, a[0])
 		if err != nil {
-			return err
+			return aboutBatch(a[0], err)
 		}
 		if apiclient.Ended(b.State) && b.State != apiclient.StateSucceeded {
 			return &cliError{exitTasksFailed, fmt.Errorf("the batch %s: %d of its %d tasks failed or were canceled; studio tasks %s --state failed says why",
@@ -361,7 +389,7 @@ submits the content as a new batch (a fresh id, which the journal keeps).`)
 		}
 		tasks, err := c.AllTasks(ctx, ids[0], state)
 		if err != nil {
-			return err
+			return aboutBatch(ids[0], err)
 		}
 		printTasks(stdout, tasks, f.json)
 		return nil
@@ -428,6 +456,9 @@ func newCLIClient(f *clientFlags) (*apiclient.Client, error) {
 	default:
 		path := filepath.Join(f.data, "token")
 		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, usageErr("no token: give --token or STUDIO_TOKEN, or --data (STUDIO_DATA) with a token file (%s does not exist; studio serve writes it on its first start)", path)
+		}
 		if err != nil {
 			return nil, usageErr("no token: give --token or STUDIO_TOKEN, or --data with a token file (%v)", err)
 		}
@@ -510,7 +541,7 @@ func submit(ctx context.Context, f clientFlags, file string, fresh, wait bool, d
 		if ctx.Err() != nil {
 			return &cliError{exitTasksFailed, fmt.Errorf("interrupted before the answer; run the same command again: it answers the batch if one was made (request id %s)", requestID)}
 		}
-		return &submitError{requestID: requestID, err: err}
+		return &callError{about: "request id " + requestID, resend: true, err: err}
 	}
 	b := res.Record
 	if res.Replayed {

@@ -102,7 +102,7 @@ func TestCLINoAnswer(t *testing.T) {
 			[]string{"studio ls: cannot reach the server at " + dead + " (connection refused; 1 try); is studio serve running there?" + where + "\n"}},
 		{"refused submit", []string{"submit", request, "--server", dead, "--retries", "1"},
 			[]string{"studio submit: cannot reach the server at " + dead + " (connection refused; 1 try); is studio serve running there?" + where + ". ",
-				"Run the same command again when it answers: it sends the same request id (r-1), so at most one batch is made.\n"}},
+				"Run the same command again when it answers: it sends the same request id r-1, so at most one batch is made.\n"}},
 		{"no such host", []string{"status", "b1", "--server", "http://studio-nohost.invalid:7070", "--retries", "1"},
 			[]string{"studio status: cannot reach the server at http://studio-nohost.invalid:7070 (", "studio-nohost.invalid; 1 try); is the address right?" + where + "\n"}},
 	}
@@ -131,6 +131,30 @@ func TestCLINoAnswer(t *testing.T) {
 		})
 	}
 
+	// No token anywhere: where it was looked for, in a sentence.
+	t.Run("no token", func(t *testing.T) {
+		t.Parallel()
+		var out, errb bytes.Buffer
+		code := runClient(context.Background(), "ls", []string{"--server", dead, "--data", dir, "--token", ""}, strings.NewReader(""), &out, &errb)
+		want := "studio ls: no token: give --token or STUDIO_TOKEN, or --data (STUDIO_DATA) with a token file (" + filepath.Join(dir, "token") +
+			" does not exist; studio serve writes it on its first start)\n"
+		if code != exitUsage || errb.String() != want {
+			t.Fatalf("exit %d, %q; want exit 2, %q", code, errb.String(), want)
+		}
+	})
+
+	// Interrupted (Ctrl-C ends the context): said in one word, exit 1.
+	t.Run("interrupted", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var out, errb bytes.Buffer
+		code := runClient(ctx, "status", []string{"b1", "--server", "http://" + hang.Addr().String(), "--token", "x"}, strings.NewReader(""), &out, &errb)
+		if want := "studio status: interrupted\n"; code != exitTasksFailed || errb.String() != want {
+			t.Fatalf("exit %d, %q; want exit 1, %q", code, errb.String(), want)
+		}
+	})
+
 	// No answer within the try's time: through the client of the
 	// commands, with a short time per try.
 	t.Run("timeout", func(t *testing.T) {
@@ -149,8 +173,8 @@ func TestCLINoAnswer(t *testing.T) {
 			t.Fatalf("%q\nwant %q", got, want)
 		}
 		_, err = c.CreateGenerationJSON(context.Background(), []byte(`{"prompt": "p"}`), "r-2")
-		got := errorText(&submitError{requestID: "r-2", err: err})
-		if !strings.HasPrefix(got, want+". Run the same command again") || !strings.Contains(got, "(r-2)") {
+		got := errorText(&callError{about: "request id r-2", resend: true, err: err})
+		if !strings.HasPrefix(got, want+". Run the same command again") || !strings.Contains(got, "request id r-2,") {
 			t.Fatalf("submit: %q", got)
 		}
 		noGoWords(t, got)
@@ -165,5 +189,30 @@ func noGoWords(t *testing.T, msg string) {
 		if strings.Contains(msg, w) {
 			t.Errorf("%q in %q", w, msg)
 		}
+	}
+}
+
+// TestCLIBatchProblems: a refusal of a call about a batch is the server's
+// problem by the one rule, then the batch it was about, without the
+// client's call names ("get batch ...: ", "list tasks of ...: ").
+func TestCLIBatchProblems(t *testing.T) {
+	t.Parallel()
+	api := fakeAPI(t)
+	const gone = "404 Not Found: No batch with this id. (batch gone)\n"
+	for _, args := range [][]string{
+		{"status", "gone"},
+		{"wait", "gone"},
+		{"cancel", "gone"},
+		{"delete", "gone"},
+		{"tasks", "gone"},
+		{"download", "gone", filepath.Join(t.TempDir(), "out")},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := runClient(context.Background(), args[0], append(args[1:], "--server", api, "--token", "x", "--retries", "1"), strings.NewReader(""), &out, &errb)
+			if want := "studio " + args[0] + ": " + gone; code != exitUsage || errb.String() != want {
+				t.Fatalf("exit %d, %q; want exit 2, %q", code, errb.String(), want)
+			}
+		})
 	}
 }

@@ -22,9 +22,12 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	apiclient "studio/client"
 	"studio/internal/testskip"
+	"studio/web"
 )
 
 // The web studio, end to end: the whole program in this process, a proxy
@@ -79,12 +82,94 @@ func newBrowser(t *testing.T, width, height int) page {
 	t.Cleanup(cancel)
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
 	t.Cleanup(acancel)
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	errs := &pageErrors{}
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf), chromedp.WithListener(errs.add))
 	t.Cleanup(bcancel)
 	if err := chromedp.Do(bctx); err != nil {
 		t.Fatalf("start %s: %v", exe, err)
 	}
-	return page{t: t, ctx: bctx}
+	t.Cleanup(func() {
+		if !errs.wasChecked() {
+			t.Error("the test never checked the page for uncaught exceptions: defer p.noPageErrors() after newBrowser")
+		}
+	})
+	return page{t: t, ctx: bctx, errs: errs}
+}
+
+// pageErrors records what the page let escape: exceptions nothing caught,
+// promise rejections nothing handled, and console.error and
+// console.assert calls. The browser's own log (a 4xx answer to a fetch,
+// which the tests cause on purpose) is not among them.
+type pageErrors struct {
+	mu      sync.Mutex
+	seen    []string
+	checked bool
+}
+
+// add is a chromedp listener: it runs on the tab's reading goroutine, in
+// the order of the browser's messages.
+func (e *pageErrors) add(ev any) {
+	var msg string
+	switch ev := ev.(type) {
+	case *runtime.EventExceptionThrown:
+		d := ev.ExceptionDetails
+		msg = d.Text
+		if d.Exception != nil {
+			msg += " " + remoteText(d.Exception)
+		}
+		msg += fmt.Sprintf(" (%s:%d:%d)", d.URL, d.LineNumber+1, d.ColumnNumber+1)
+	case *runtime.EventConsoleAPICalled:
+		if ev.Type != runtime.ConsoleAPICalledTypeError && ev.Type != runtime.ConsoleAPICalledTypeAssert {
+			return
+		}
+		msg = "console." + string(ev.Type) + ":"
+		for _, a := range ev.Args {
+			msg += " " + remoteText(a)
+		}
+	default:
+		return
+	}
+	e.mu.Lock()
+	e.seen = append(e.seen, msg)
+	e.mu.Unlock()
+}
+
+// remoteText is a value of the page in a line: a string as it is, an
+// error's first line (its stack is in the location), another object's
+// description.
+func remoteText(o *runtime.RemoteObject) string {
+	var str string
+	switch {
+	case json.Unmarshal(o.Value, &str) == nil:
+		return str
+	case o.Description != "":
+		first, _, _ := strings.Cut(o.Description, "\n")
+		return first
+	}
+	return string(o.Value)
+}
+
+func (e *pageErrors) wasChecked() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.checked
+}
+
+// noPageErrors fails the test when the page threw an exception nothing
+// caught, left a rejection unhandled, or called console.error. Call it
+// with defer right after newBrowser: it runs when the test's body ends,
+// before the server it talks to stops.
+func (p page) noPageErrors() {
+	p.t.Helper()
+	// A round trip: the listener has seen every message the browser sent
+	// before the answer.
+	_, _ = chromedp.Run(p.ctx, chromedp.Evaluate[bool](`true`))
+	p.errs.mu.Lock()
+	defer p.errs.mu.Unlock()
+	p.errs.checked = true
+	if len(p.errs.seen) > 0 {
+		p.t.Errorf("the page let %d error(s) escape:\n  %s", len(p.errs.seen), strings.Join(p.errs.seen, "\n  "))
+	}
 }
 
 // dropProxy forwards everything to studio. For a POST path set with
@@ -238,8 +323,9 @@ func (p *dropProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // page drives one browser tab; every helper fails the test on an error.
 type page struct {
-	t   *testing.T
-	ctx context.Context
+	t    *testing.T
+	ctx  context.Context
+	errs *pageErrors
 }
 
 func (p page) do(steps ...chromedp.Action[chromedp.Void]) {
@@ -394,6 +480,7 @@ func listBatches(t *testing.T, c *client) []webBatch {
 func TestWebStudio(t *testing.T) {
 	t.Parallel()
 	p := newBrowser(t, 1280, 900)
+	defer p.noPageErrors()
 	cfg := testConfig(t) // no workers: the batch waits until one starts
 	m, stdout := startMain(t, cfg)
 	token := readToken(t, cfg.Data)
@@ -576,8 +663,8 @@ func TestWebStudio(t *testing.T) {
 		t.Errorf("events requests carried Last-Event-ID %q; want none on the first, the last id seen on the reconnect", lastIDs)
 	}
 	said := eval[string](p, `window.reconnecting`)
-	if !strings.HasPrefix(said, "reconnecting… (") || len(said) < len("reconnecting… (x)") || strings.Contains(said, "undefined") {
-		t.Errorf("while the stream reconnected the page said %q; want the reason it was lost", said)
+	if said != "reconnecting… (the connection was lost)" && said != "reconnecting… (the server ended the stream)" {
+		t.Errorf("while the stream reconnected the page said %q; want the reason it was lost, in people's words", said)
 	}
 	t.Logf("while the stream reconnected the page said %q", said)
 
@@ -642,6 +729,7 @@ func TestWebStudio(t *testing.T) {
 func TestWebStudioRefusals(t *testing.T) {
 	t.Parallel()
 	p := newBrowser(t, 1280, 900)
+	defer p.noPageErrors()
 	cfg := testConfig(t)
 	m, _ := startMain(t, cfg)
 	token := readToken(t, cfg.Data)
@@ -672,6 +760,9 @@ func TestWebStudioRefusals(t *testing.T) {
 	if field := p.attr(`#compose [data-field]`, "data-field"); field != "sets[0].frames[1]" || eval[string](p, `location.hash`) != "#/compose" {
 		t.Fatalf("a repeated frame: field %q, page %s", field, eval[string](p, `location.hash`))
 	}
+	if item := p.text(`#compose [data-field]`); item != `sets[0].frames[1]: repeats frame 1 ("a")` {
+		t.Fatalf("a repeated frame is said %q", item)
+	}
 	p.do(setField(`#set-0-frames`, "a"))
 	if tasks := p.attr(`#task-count`, "data-tasks"); tasks != "6" { // (1 + 2 frames) x 2 generators x 1 candidate
 		t.Fatalf("two sets count %s tasks; want 6", tasks)
@@ -684,8 +775,8 @@ func TestWebStudioRefusals(t *testing.T) {
 		t.Fatalf("bind the id: %v %v", resp, err)
 	}
 	p.do(click(`#submit`), visible(`[data-problem-status="409"]`))
-	detail := p.text(`[data-problem-status="409"]`)
-	if !strings.Contains(detail, "The request ID already belongs to different input.") || !eval[bool](p, `document.querySelector('#submit').disabled`) {
+	detail := p.text(`[data-problem-status="409"] .problem`)
+	if detail != "409 Conflict: The request ID already belongs to different input." || !eval[bool](p, `document.querySelector('#submit').disabled`) {
 		t.Fatalf("409 shown as %q, or Submit still enabled", detail)
 	}
 	p.screenshot("review-409")
@@ -703,9 +794,36 @@ func TestWebStudioRefusals(t *testing.T) {
 	if id2 == id || id2 == "" {
 		t.Fatalf("the edited request kept the id %s", id)
 	}
-	p.do(click(`#submit`), visible(`[data-problem-status="422"] [data-field]`))
-	if field := p.attr(`[data-problem-status="422"] [data-field]`, "data-field"); field != "params.width" {
-		t.Fatalf("the 422 names the field %q; want params.width", field)
+	// The one field at fault is said once, in the detail, not again in
+	// a list below it.
+	p.do(click(`#submit`), visible(`[data-problem-status="422"]`))
+	if fields := p.attr(`[data-problem-status="422"]`, "data-fields"); fields != "params.width" {
+		t.Fatalf("the 422 names the fields %q; want params.width", fields)
+	}
+	if got := p.text(`[data-problem-status="422"] .problem`); got != "422 Unprocessable Entity: params.width: must be an integer from 16 to 2048." {
+		t.Fatalf("the 422 says %q", got)
+	}
+	if n := eval[int](p, `document.querySelectorAll('[data-problem-status="422"] li').length`); n != 0 {
+		t.Fatalf("the field stated in the detail is listed again (%d items)", n)
+	}
+
+	// Two fields at fault: the detail says how many, the list says each
+	// as "field: message".
+	p.do(
+		click(`#edit`),
+		visible(`#params`),
+		setField(`#params`, `{"width": 5, "height": 5}`),
+		click(`#review`),
+		visible(`#request-id`),
+		click(`#submit`),
+		visible(`[data-problem-status="422"] li`),
+	)
+	if got := p.text(`[data-problem-status="422"] .problem`); got != "422 Unprocessable Entity: The request cannot be planned: 2 problems (see errors)." {
+		t.Fatalf("two fields: the 422 says %q", got)
+	}
+	items := eval[[]string](p, `[...document.querySelectorAll('[data-problem-status="422"] li')].map((li) => li.textContent)`)
+	if want := []string{"params.width: must be an integer from 16 to 2048", "params.height: must be an integer from 16 to 2048"}; !slices.Equal(items, want) {
+		t.Fatalf("two fields listed as %q; want %q", items, want)
 	}
 	if b := listBatches(t, c); len(b) != 1 {
 		t.Fatalf("studio has %d batches; want only the one bound by the other input", len(b))
@@ -742,6 +860,167 @@ func TestWebStudioRefusals(t *testing.T) {
 	}
 }
 
+// TestWebPageErrorsSeen: what noPageErrors holds the other tests to is
+// seen: an exception thrown in a timer, a rejection nothing handles and a
+// console.error call each count, once; console.warn and a refused fetch
+// (the browser's own log) do not.
+func TestWebPageErrorsSeen(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 800, 600)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/refused" {
+			http.Error(w, "no", http.StatusConflict)
+			return
+		}
+		io.WriteString(w, "<!doctype html><title>t</title><main>page</main>")
+	}))
+	defer srv.Close()
+	p.do(chromedp.Navigate(srv.URL + "/"))
+	p.waitJS("the page's script ran", `(() => {
+		if (!window.done) {
+			window.done = fetch('/refused').then(() => {
+				console.warn('only a warning');
+				setTimeout(() => { throw new Error('thrown in a timer'); });
+				Promise.reject(new Error('rejected, not handled'));
+				console.error('logged', 'as an error');
+				setTimeout(() => { document.body.dataset.done = '1'; }, 10);
+			});
+		}
+		return document.body.dataset.done === '1';
+	})()`)
+	_, _ = chromedp.Run(p.ctx, chromedp.Evaluate[bool](`true`))
+	p.errs.mu.Lock()
+	seen := slices.Clone(p.errs.seen)
+	p.errs.seen = nil
+	p.errs.mu.Unlock()
+	got := strings.Join(seen, "\n")
+	for _, want := range []string{"thrown in a timer", "rejected, not handled", "console.error: logged as an error"} {
+		if strings.Count(got, want) != 1 {
+			t.Errorf("%q seen %d times in:\n%s", want, strings.Count(got, want), got)
+		}
+	}
+	if len(seen) != 3 || strings.Contains(got, "only a warning") || strings.Contains(got, "409") {
+		t.Errorf("seen %d errors, want 3:\n%s", len(seen), got)
+	}
+	p.noPageErrors()
+}
+
+// TestWebProblemRule: the page says a problem by the command line's rule,
+// word for word: for each problem document, the headline the page shows is
+// client.Error's Headline and its list items are client.Error's FieldLines.
+func TestWebProblemRule(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 800, 600)
+	defer p.noPageErrors()
+	m, _ := startMain(t, testConfig(t))
+	p.do(chromedp.Navigate("http://"+m.Addr()+"/"), visible(`#token`))
+	fe := func(field, msg string) apiclient.FieldError { return apiclient.FieldError{Field: field, Message: msg} }
+	cases := []apiclient.Error{
+		{Status: 422, Title: "Unprocessable Entity", Detail: "params.width: must be an integer from 16 to 2048.",
+			Errors: []apiclient.FieldError{fe("params.width", "must be an integer from 16 to 2048")}},
+		{Status: 422, Title: "Unprocessable Entity", Detail: "The request cannot be planned: 2 problems (see errors).",
+			Errors: []apiclient.FieldError{fe("providers[0]", `no generator or route "oil" in the catalog`), fe("subjects[0]", `subject "ghost" does not exist`)}},
+		{Status: 400, Title: "Bad Request", Detail: "The request body is invalid",
+			Errors: []apiclient.FieldError{fe("prompt", "must not be empty."), fe("sets", "must have 1 to 20 sets (has 0)..")}},
+		{Status: 400, Title: "Bad Request", Detail: "seed must be at most 2^53-1.", Errors: []apiclient.FieldError{fe("seed", "must be at most 2^53-1")}},
+		{Status: 409, Title: "Conflict", Detail: "The request ID already belongs to different input."},
+		{Status: 400, Title: "Bad Request", Detail: "Is this a request?", Errors: []apiclient.FieldError{fe("", "the body is empty")}},
+		{Status: 404, Title: "Not Found"},
+		{Status: 422, Title: "Unprocessable Entity", Detail: "  Two problems.  ", Errors: []apiclient.FieldError{fe("a", " one. "), fe("b", "two")}},
+	}
+	type shown struct {
+		Head  string
+		Items []string
+	}
+	for _, c := range cases {
+		doc, _ := json.Marshal(map[string]any{"title": c.Title, "status": c.Status, "detail": c.Detail, "errors": c.Errors})
+		got, err := chromedp.Run(p.ctx, chromedp.Evaluate[shown](fmt.Sprintf(`(async () => {
+			const {problemView} = await import('/ui/dom.js');
+			const el = problemView({status: %d, problem: %s});
+			return {Head: el.querySelector('.problem').textContent, Items: [...el.querySelectorAll('li')].map((li) => li.textContent)};
+		})()`, c.Status, doc), chromedp.EvalAwaitPromise))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (shown{Head: c.Headline(), Items: c.FieldLines()}); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
+			t.Errorf("%s\nthe page shows %q\nthe CLI says  %q", doc, got, want)
+		}
+	}
+}
+
+// TestWebLostAnswerText: a call that got no usable answer reads as one
+// sentence wherever the page says it, with the server's detail in it and
+// one final period (a 503 to a POST carries a detail that ends with one).
+func TestWebLostAnswerText(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 800, 600)
+	defer p.noPageErrors()
+	mux := http.NewServeMux()
+	mux.Handle("/", web.Handler())
+	mux.HandleFunc("/v1/busy", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The database is busy."}`)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	p.do(chromedp.Navigate(srv.URL + "/ui/index.html"))
+	got, err := chromedp.Run(p.ctx, chromedp.Evaluate[[]string](`(async () => {
+		const {api} = await import('/ui/api.js');
+		const {failureView} = await import('/ui/dom.js');
+		try {
+			await api('/v1/busy', {method: 'POST', body: '{}', auth: ''});
+			return ['no error'];
+		} catch (err) {
+			return [err.name, err.reason, failureView(err, 'Cancel failed.').textContent];
+		}
+	})()`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"LostAnswer", "the server or a proxy answered 503 Service Unavailable: The database is busy",
+		"Cancel failed. No answer from studio: the server or a proxy answered 503 Service Unavailable: The database is busy."}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+}
+
+// TestWebUnreadableUpdate: an event of the batch's stream that is not
+// JSON (a proxy's mangling) is said in people's words, not the parser's,
+// and the batch page still follows the stream to its end.
+func TestWebUnreadableUpdate(t *testing.T) {
+	t.Parallel()
+	p := newBrowser(t, 800, 600)
+	defer p.noPageErrors()
+	mux := http.NewServeMux()
+	mux.Handle("/", web.Handler())
+	mux.HandleFunc("/v1/batches/b/events", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "id: 1\nevent: task\ndata: {not json\n\nid: 2\nevent: done\ndata: {\"id\": \"b\", \"state\": \"succeeded\", \"counts\": {}}\n\n")
+	})
+	mux.HandleFunc("/v1/batches/b/tasks", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"items": [], "next_cursor": null}`)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	p.do(chromedp.Navigate(srv.URL + "/ui/index.html"))
+	if _, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](`(async () => {
+		const {liveView} = await import('/ui/batch/live.js');
+		const {batchState} = await import('/ui/batch/state.js');
+		const v = liveView(batchState({id: 'b', state: 'running', counts: {}}, []), '/v1/batches/b', new AbortController().signal);
+		document.body.append(v.status, v.problems);
+		return true;
+	})()`, chromedp.EvalAwaitPromise)); err != nil {
+		t.Fatal(err)
+	}
+	p.waitJS("the stream followed to its end", `document.querySelector('#live').dataset.state === 'ended'`)
+	if got, want := eval[string](p, `document.querySelector('#live-problems').textContent`),
+		"An update could not be read; the tasks are read again. The update was not valid JSON."; got != want {
+		t.Fatalf("the page says %q; want %q", got, want)
+	}
+}
+
 // TestWebSSEParser feeds one stream to the page's events parser cut into
 // pieces of every size (CRLF, LF and CR line ends, a CR and its LF in two
 // pieces, comments, multi-line data, an event with no data, retry) and
@@ -749,6 +1028,7 @@ func TestWebStudioRefusals(t *testing.T) {
 func TestWebSSEParser(t *testing.T) {
 	t.Parallel()
 	p := newBrowser(t, 800, 600)
+	defer p.noPageErrors()
 	cfg := testConfig(t)
 	m, _ := startMain(t, cfg)
 	p.do(chromedp.Navigate("http://"+m.Addr()+"/"), visible(`#token`))
@@ -801,6 +1081,7 @@ func TestWebSSEParser(t *testing.T) {
 func TestWebBatchState(t *testing.T) {
 	t.Parallel()
 	p := newBrowser(t, 800, 600)
+	defer p.noPageErrors()
 	cfg := testConfig(t)
 	m, _ := startMain(t, cfg)
 	p.do(chromedp.Navigate("http://"+m.Addr()+"/"), visible(`#token`))
@@ -853,6 +1134,7 @@ func TestWebBatchState(t *testing.T) {
 func TestWebStudioPolling(t *testing.T) {
 	t.Parallel()
 	p := newBrowser(t, 1280, 900)
+	defer p.noPageErrors()
 	cfg := testConfig(t) // no workers: the batch waits until one starts
 	m, _ := startMain(t, cfg)
 	token := readToken(t, cfg.Data)
@@ -910,6 +1192,7 @@ func TestWebStudioPolling(t *testing.T) {
 func TestWebStudioCancelFailuresPhone(t *testing.T) {
 	t.Parallel()
 	p := newBrowser(t, 1280, 900)
+	defer p.noPageErrors()
 	cfg := testConfig(t)
 	cfg.MaxAttempts = 1
 	m, _ := startMain(t, cfg)

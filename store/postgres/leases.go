@@ -80,13 +80,20 @@ func (t *taskTx) commit(ctx context.Context) error {
 func (t *taskTx) rollback(ctx context.Context) { _ = t.tx.Rollback(ctx) }
 
 // inLeaseTx runs f in one transaction and commits what it did with the
-// parents' counts, unless it fails.
+// parents' counts, unless it fails. The wait store.WithWait set on ctx,
+// if any, bounds its waits for row and table locks too (lock_timeout): a
+// claim that would wait longer answers a busy fault instead.
 func (s *Store) inLeaseTx(ctx context.Context, f func(t *taskTx) error) error {
 	t, err := s.beginTask(ctx)
 	if err != nil {
 		return err
 	}
 	defer t.rollback(ctx)
+	if d, ok := store.Wait(ctx); ok {
+		if _, err := t.tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, max(d.Milliseconds(), 1))); err != nil {
+			return err
+		}
+	}
 	if err := f(t); err != nil {
 		return err
 	}
@@ -136,17 +143,19 @@ func newLane(kind store.Kind, table, parent string, canceling func(row string) s
 		// The claim's "now" and the expired leases by it, oldest expiry
 		// first, skipping any another transaction holds.
 		findExpired: r.Replace(`WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
-			SELECT now.t, e.id, e.parent, e.fence, e.attempts, e.used, e.cancel_requested
+			SELECT now.t, e.id, e.parent, e.fence, e.attempts, e.used, e.cancel_requested, e.lease_expires_at
 			FROM now LEFT JOIN LATERAL (
 				SELECT x.id, x.{parent} AS parent, x.fence, x.attempts, x.attempts - x.released AS used,
-					{x.canceling} AS cancel_requested
+					{x.canceling} AS cancel_requested, x.lease_expires_at
 				FROM {table} x
 				WHERE x.state = 'running' AND x.lease_expires_at <= now.t
 				ORDER BY x.lease_expires_at, x.id LIMIT $1
 				FOR NO KEY UPDATE OF x SKIP LOCKED) e ON true`),
 		cancelExpired: r.Replace(`UPDATE {table} SET state = 'canceled', ` + end + ` WHERE id = $1 AND fence = $2`),
 		failExpired:   r.Replace(`UPDATE {table} SET state = 'failed', error = $4, ` + end + ` WHERE id = $1 AND fence = $2`),
-		reclaim: r.Replace(`UPDATE {table} SET fence = fence + 1, attempts = attempts + 1,
+		// A lease that expired in an outage of this process's calls is
+		// taken back as if it had been released ($6 = 1).
+		reclaim: r.Replace(`UPDATE {table} SET fence = fence + 1, attempts = attempts + 1, released = released + $6,
 			lease_owner = $3, lease_expires_at = $4, updated_at = $5{stamp}
 			WHERE id = $1 AND fence = $2 RETURNING state, id, {parent}, fence, attempts, lease_expires_at`),
 		// The leases are locked in id order (the sorted input, ordinality
@@ -231,7 +240,7 @@ func claim[C any](ctx context.Context, s *Store, l *lane, p store.ClaimParams,
 	}
 	var out []C
 	err := s.inLeaseTx(ctx, func(t *taskTx) error {
-		now, got, err := t.reclaimExpired(ctx, l, p)
+		now, got, err := t.reclaimExpired(ctx, l, p, &s.outage)
 		if err != nil {
 			return err
 		}
@@ -254,8 +263,10 @@ func claim[C any](ctx context.Context, s *Store, l *lane, p store.ClaimParams,
 // handles running rows whose lease expired by it, oldest expiry first, at
 // most p.Limit of them, skipping any another transaction holds: canceled
 // if their parent was asked to cancel, failed if they used every attempt,
-// otherwise claimed again under a new fence.
-func (t *taskTx) reclaimExpired(ctx context.Context, l *lane, p store.ClaimParams) (time.Time, []store.Claimed, error) {
+// otherwise claimed again under a new fence. A lease that expired in an
+// outage of this process's lease calls (store.LeaseOutage) is taken back
+// as released: its try does not count against the attempts.
+func (t *taskTx) reclaimExpired(ctx context.Context, l *lane, p store.ClaimParams, outage *store.LeaseOutage) (time.Time, []store.Claimed, error) {
 	rows, err := t.tx.Query(ctx, l.findExpired, p.Limit)
 	if err != nil {
 		return time.Time{}, nil, fmt.Errorf("find expired leases: %w", err)
@@ -265,6 +276,7 @@ func (t *taskTx) reclaimExpired(ctx context.Context, l *lane, p store.ClaimParam
 		fence           int64
 		attempts, used  int
 		cancelRequested bool
+		expiredAt       time.Time
 	}
 	var found []expired
 	var now time.Time
@@ -272,17 +284,26 @@ func (t *taskTx) reclaimExpired(ctx context.Context, l *lane, p store.ClaimParam
 	var fence *int64
 	var attempts, used *int
 	var cancelRequested *bool
-	if _, err := pgx.ForEachRow(rows, []any{&now, &id, &parent, &fence, &attempts, &used, &cancelRequested}, func() error {
+	var expiredAt *time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&now, &id, &parent, &fence, &attempts, &used, &cancelRequested, &expiredAt}, func() error {
 		if id != nil {
-			found = append(found, expired{*id, *parent, *fence, *attempts, *used, *cancelRequested})
+			found = append(found, expired{*id, *parent, *fence, *attempts, *used, *cancelRequested, *expiredAt})
 		}
 		return nil
 	}); err != nil {
 		return time.Time{}, nil, fmt.Errorf("find expired leases: %w", err)
 	}
 	expires := now.Add(ttlRoundUp(p.TTL))
+	var outages []store.Window
+	if len(found) > 0 {
+		outages = outage.Windows(now)
+	}
 	var out []store.Claimed
 	for _, e := range found {
+		released := 0
+		if store.InOutage(outages, e.expiredAt) {
+			released, e.used = 1, e.used-1
+		}
 		switch state, msg := store.ExpiredEnd(e.cancelRequested, e.attempts, e.used, p.MaxAttempts); state {
 		case intent.StateCanceled:
 			if _, err := t.tx.Exec(ctx, l.cancelExpired, e.id, e.fence, t.wall); err != nil {
@@ -295,7 +316,7 @@ func (t *taskTx) reclaimExpired(ctx context.Context, l *lane, p store.ClaimParam
 			}
 			l.counts(t).Of(e.parent).Move(intent.StateRunning, state)
 		default:
-			rows, err := t.tx.Query(ctx, l.reclaim, e.id, e.fence, p.Owner, expires, t.wall)
+			rows, err := t.tx.Query(ctx, l.reclaim, e.id, e.fence, p.Owner, expires, t.wall, released)
 			if err != nil {
 				return time.Time{}, nil, fmt.Errorf("reclaim expired %s: %w", l.kind, err)
 			}
@@ -311,7 +332,8 @@ func (t *taskTx) reclaimExpired(ctx context.Context, l *lane, p store.ClaimParam
 
 // ClaimTasks leases up to p.Limit tasks: expired leases first, then queued
 // tasks in fair-share order (claimQueuedSQL), in one transaction.
-func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.ClaimedTask, error) {
+func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) (_ []store.ClaimedTask, err error) {
+	defer s.noteLease(ctx, time.Now(), &err)
 	cs, err := claim(ctx, s, taskLane, p, func(t *taskTx, now, expires time.Time, n int) ([]store.Claimed, error) {
 		rows, err := t.tx.Query(ctx, claimQueuedSQL, p.Owner, expires, t.wall, now, max(2*n, 8), n, 2*n+8, skipList(p.SkipGenerators))
 		if err != nil {
@@ -375,7 +397,8 @@ const claimItemsSQL = `UPDATE publication_items SET state = 'running', fence = f
 
 // ClaimItems leases up to p.Limit publication items: expired leases
 // first, then queued items oldest first, in one transaction.
-func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.ClaimedItem, error) {
+func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) (_ []store.ClaimedItem, err error) {
+	defer s.noteLease(ctx, time.Now(), &err)
 	cs, err := claim(ctx, s, itemLane, p, func(t *taskTx, now, expires time.Time, n int) ([]store.Claimed, error) {
 		rows, err := t.tx.Query(ctx, claimItemsSQL, p.Owner, expires, t.wall, now, n)
 		if err != nil {
@@ -431,7 +454,8 @@ func byLane(n int, lease func(i int) store.Lease) ([]int, error) {
 }
 
 // RenewLeases extends the owner's live leases, one statement per kind.
-func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (store.RenewResult, error) {
+func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (_ store.RenewResult, err error) {
+	defer s.noteLease(ctx, time.Now(), &err)
 	var res store.RenewResult
 	if err := p.Check(); err != nil {
 		return res, fmt.Errorf("renew leases: %w", err)
@@ -525,7 +549,8 @@ const completeItemSQL = `UPDATE publication_items SET state = 'succeeded', error
 // CompleteLeases ends leases with success, fenced (a task with its asset,
 // or canceled when its batch was asked to cancel): one statement per
 // lease, all sent in one round trip, in lock order.
-func (s *Store) CompleteLeases(ctx context.Context, cs []store.Completion) ([]store.CompletionResult, error) {
+func (s *Store) CompleteLeases(ctx context.Context, cs []store.Completion) (_ []store.CompletionResult, err error) {
+	defer s.noteLease(ctx, time.Now(), &err)
 	if len(cs) == 0 {
 		return nil, nil
 	}
@@ -666,9 +691,10 @@ func (t *taskTx) endLeases(ctx context.Context, leases []store.Lease, end func(l
 // locked, then its batch's, and only then is cancel_requested read: a
 // cancel either committed before (the task ends canceled) or waits for
 // this transaction and then finds the task queued and cancels it.
-func (s *Store) FailLease(ctx context.Context, f store.Failure) (intent.State, error) {
+func (s *Store) FailLease(ctx context.Context, f store.Failure) (_ intent.State, err error) {
+	defer s.noteLease(ctx, time.Now(), &err)
 	var state intent.State
-	err := s.inLeaseTx(ctx, func(t *taskTx) error {
+	err = s.inLeaseTx(ctx, func(t *taskTx) error {
 		errs, states, err := t.endLeases(ctx, []store.Lease{f.Lease}, func(l *lane) string { return l.fail },
 			func(_, used int, canceling bool) intent.State {
 				return store.StateAfterFailure(canceling, f.Permanent, used, f.MaxAttempts)
@@ -693,12 +719,13 @@ func (s *Store) FailLease(ctx context.Context, f store.Failure) (intent.State, e
 // ReleaseLeases hands leases back: queued at once, or canceled. As in
 // FailLease, the rows are locked, then their batches, and only then is
 // cancel_requested read.
-func (s *Store) ReleaseLeases(ctx context.Context, leases []store.Lease) ([]error, error) {
+func (s *Store) ReleaseLeases(ctx context.Context, leases []store.Lease) (_ []error, err error) {
+	defer s.noteLease(ctx, time.Now(), &err)
 	if len(leases) == 0 {
 		return nil, nil
 	}
 	var out []error
-	err := s.inLeaseTx(ctx, func(t *taskTx) (err error) {
+	err = s.inLeaseTx(ctx, func(t *taskTx) (err error) {
 		out, _, err = t.endLeases(ctx, leases, func(l *lane) string { return l.release },
 			func(_, _ int, canceling bool) intent.State {
 				if canceling {
@@ -713,4 +740,10 @@ func (s *Store) ReleaseLeases(ctx context.Context, leases []store.Lease) ([]erro
 		return nil, fmt.Errorf("release leases: %w", err)
 	}
 	return out, nil
+}
+
+// noteLease records a lease call that began at start and ended with *err
+// in s.outage (deferred by each lease method).
+func (s *Store) noteLease(ctx context.Context, start time.Time, err *error) {
+	s.outage.Note(ctx, start, *err)
 }

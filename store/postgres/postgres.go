@@ -29,6 +29,7 @@ import (
 
 	"studio/intent"
 	"studio/migrations"
+	"studio/store"
 )
 
 // Config opens a store.
@@ -58,6 +59,10 @@ type Store struct {
 	// wakes publishes the commits' wake-ups, here and to the other
 	// processes (wake.go).
 	wakes *wakes
+	// outage remembers when the lease calls could not get through, so
+	// that a claim does not count a lease that expired then against its
+	// row's attempts (store.LeaseOutage).
+	outage store.LeaseOutage
 }
 
 // WatchBatch returns a channel closed when a task of the batch changes,

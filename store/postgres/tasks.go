@@ -150,7 +150,8 @@ func (t *taskTx) SaveStep(ctx context.Context, st store.StepSave) (bool, error) 
 
 // SaveSteps records steps and provider references, fenced, in task id
 // order.
-func (s *Store) SaveSteps(ctx context.Context, steps []store.StepSave) ([]error, error) {
+func (s *Store) SaveSteps(ctx context.Context, steps []store.StepSave) (_ []error, err error) {
+	defer s.noteLease(ctx, time.Now(), &err)
 	if len(steps) == 0 {
 		return nil, nil
 	}

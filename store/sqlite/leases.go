@@ -132,11 +132,13 @@ func newLane(kind store.Kind, table, parent, canceling, stamp, filter, claimable
 			WHERE state = 'queued' AND run_after <= ? ORDER BY id LIMIT ?) RETURNING ` + leasedColumns),
 		claimParent: f(take + ` WHERE id IN (SELECT id FROM %[1]s
 			WHERE %[2]s = ? AND state = 'queued' AND run_after <= ?%[5]s ORDER BY id LIMIT ?) RETURNING ` + leasedColumns),
-		findExpired: f(`SELECT id, %[2]s, fence, attempts, attempts - released, %[3]s FROM %[1]s
+		findExpired: f(`SELECT id, %[2]s, fence, attempts, attempts - released, %[3]s, lease_expires_at FROM %[1]s
 			WHERE state = 'running' AND lease_expires_at <= ? ORDER BY lease_expires_at, id LIMIT ?`),
 		cancelExpired: f(`UPDATE %[1]s SET state = 'canceled', ` + end + ` WHERE id = ? AND fence = ?`),
 		failExpired:   f(`UPDATE %[1]s SET state = 'failed', error = ?, ` + end + ` WHERE id = ? AND fence = ?`),
-		reclaim: f(`UPDATE %[1]s SET fence = fence + 1, attempts = attempts + 1,
+		// A lease that expired in an outage of this process's calls is
+		// taken back as if it had been released (the last parameter, 1).
+		reclaim: f(`UPDATE %[1]s SET fence = fence + 1, attempts = attempts + 1, released = released + ?,
 			lease_owner = ?, lease_expires_at = ?, updated_at = ?%[4]s WHERE id = ? AND fence = ? RETURNING ` + leasedColumns),
 		renew:      f(`UPDATE %[1]s SET lease_expires_at = ? WHERE ` + live + ` AND lease_owner = ? RETURNING %[3]s`),
 		cancelLive: f(`UPDATE %[1]s SET state = 'canceled', ` + end + ` WHERE ` + live + ` AND %[3]s RETURNING %[2]s`),
@@ -216,7 +218,7 @@ func claim[C any](ctx context.Context, s *Store, l *lane, p store.ClaimParams,
 	var out []C
 	err := s.leaseWrite(ctx, func(t *leaseTx) error {
 		expires := t.now + ttlMS(p.TTL)
-		got, err := t.reclaimExpired(l, p, expires)
+		got, err := t.reclaimExpired(l, p, expires, s.outage.Windows(fromMS(t.now)))
 		if err != nil {
 			return err
 		}
@@ -255,7 +257,11 @@ func (t *leaseTx) takeQueued(l *lane, q string, args ...any) ([]store.Claimed, e
 // reclaimExpired handles running rows whose lease expired, oldest expiry
 // first, at most p.Limit of them: canceled if their parent was asked to
 // cancel, failed if they used every attempt, otherwise claimed again.
-func (t *leaseTx) reclaimExpired(l *lane, p store.ClaimParams, expires int64) ([]store.Claimed, error) {
+//
+// A lease that expired in one of outages (the windows in which this
+// process's lease calls could not get through, store.LeaseOutage) is
+// taken back as released: its try does not count against the attempts.
+func (t *leaseTx) reclaimExpired(l *lane, p store.ClaimParams, expires int64, outages []store.Window) ([]store.Claimed, error) {
 	rows, err := t.query(l.findExpired, t.now, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("find expired leases: %w", err)
@@ -265,11 +271,12 @@ func (t *leaseTx) reclaimExpired(l *lane, p store.ClaimParams, expires int64) ([
 		fence           int64
 		attempts, used  int
 		cancelRequested bool
+		expiredAt       int64
 	}
 	var found []expired
 	for rows.Next() {
 		var e expired
-		if err := rows.Scan(&e.id, &e.parent, &e.fence, &e.attempts, &e.used, &e.cancelRequested); err != nil {
+		if err := rows.Scan(&e.id, &e.parent, &e.fence, &e.attempts, &e.used, &e.cancelRequested, &e.expiredAt); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("find expired leases: %w", err)
 		}
@@ -283,6 +290,10 @@ func (t *leaseTx) reclaimExpired(l *lane, p store.ClaimParams, expires int64) ([
 	}
 	var out []store.Claimed
 	for _, e := range found {
+		released := 0
+		if store.InOutage(outages, fromMS(e.expiredAt)) {
+			released, e.used = 1, e.used-1
+		}
 		switch state, msg := store.ExpiredEnd(e.cancelRequested, e.attempts, e.used, p.MaxAttempts); state {
 		case intent.StateCanceled:
 			if _, err := t.exec(l.cancelExpired, t.wall, e.id, e.fence); err != nil {
@@ -295,7 +306,7 @@ func (t *leaseTx) reclaimExpired(l *lane, p store.ClaimParams, expires int64) ([
 			}
 			l.counts(t).Of(e.parent).Move(intent.StateRunning, state)
 		default:
-			rows, err := t.query(l.reclaim, p.Owner, expires, t.wall, e.id, e.fence)
+			rows, err := t.query(l.reclaim, released, p.Owner, expires, t.wall, e.id, e.fence)
 			if err != nil {
 				return nil, fmt.Errorf("reclaim expired %s: %w", l.kind, err)
 			}
@@ -311,7 +322,8 @@ func (t *leaseTx) reclaimExpired(l *lane, p store.ClaimParams, expires int64) ([
 
 // ClaimTasks leases up to p.Limit tasks: expired leases first, then queued
 // tasks in fair-share order (claimFairShare), in one transaction.
-func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.ClaimedTask, error) {
+func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) (_ []store.ClaimedTask, err error) {
+	defer s.noteLease(ctx, time.Now(), &err)
 	cs, err := claim(ctx, s, taskLane, p, func(t *leaseTx, expires int64, n int) ([]store.Claimed, error) {
 		return t.claimFairShare(p.Owner, expires, n, skipJSON(p.SkipGenerators))
 	}, (*leaseTx).loadTasks)
@@ -323,7 +335,8 @@ func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimParams) ([]store.Cl
 
 // ClaimItems leases up to p.Limit publication items: expired leases
 // first, then queued items oldest first, in one transaction.
-func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) ([]store.ClaimedItem, error) {
+func (s *Store) ClaimItems(ctx context.Context, p store.ClaimParams) (_ []store.ClaimedItem, err error) {
+	defer s.noteLease(ctx, time.Now(), &err)
 	cs, err := claim(ctx, s, itemLane, p, func(t *leaseTx, expires int64, n int) ([]store.Claimed, error) {
 		return t.takeQueued(itemLane, itemLane.claimQueued, p.Owner, expires, t.wall, t.now, n)
 	}, (*leaseTx).loadItems)
@@ -399,7 +412,8 @@ func (t *leaseTx) loadItems(ls []store.Claimed) ([]store.ClaimedItem, error) {
 }
 
 // RenewLeases extends the owner's live leases.
-func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (store.RenewResult, error) {
+func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (_ store.RenewResult, err error) {
+	defer s.noteLease(ctx, time.Now(), &err)
 	var res store.RenewResult
 	if err := p.Check(); err != nil {
 		return res, fmt.Errorf("renew leases: %w", err)
@@ -408,7 +422,7 @@ func (s *Store) RenewLeases(ctx context.Context, p store.RenewParams) (store.Ren
 		return res, nil
 	}
 	var expires int64
-	err := s.leaseWrite(ctx, func(t *leaseTx) error {
+	err = s.leaseWrite(ctx, func(t *leaseTx) error {
 		expires = t.now + ttlMS(p.TTL)
 		for _, ls := range p.Leases {
 			l, err := laneOf(ls.Kind)
@@ -466,7 +480,8 @@ const (
 
 // CompleteLeases ends leases with success, fenced; a task's with its
 // asset.
-func (s *Store) CompleteLeases(ctx context.Context, cs []store.Completion) ([]store.CompletionResult, error) {
+func (s *Store) CompleteLeases(ctx context.Context, cs []store.Completion) (_ []store.CompletionResult, err error) {
+	defer s.noteLease(ctx, time.Now(), &err)
 	if len(cs) == 0 {
 		return nil, nil
 	}
@@ -474,7 +489,7 @@ func (s *Store) CompleteLeases(ctx context.Context, cs []store.Completion) ([]st
 		return nil, fmt.Errorf("complete leases: %w", err)
 	}
 	out := make([]store.CompletionResult, len(cs))
-	err := s.leaseWrite(ctx, func(t *leaseTx) error {
+	err = s.leaseWrite(ctx, func(t *leaseTx) error {
 		for i, c := range cs {
 			l, err := laneOf(c.Kind)
 			if err != nil {
@@ -514,7 +529,8 @@ func (s *Store) CompleteLeases(ctx context.Context, cs []store.Completion) ([]st
 
 // FailLease ends a failed attempt: queued again after the backoff, or
 // failed, or canceled when the parent was asked to cancel.
-func (s *Store) FailLease(ctx context.Context, f store.Failure) (intent.State, error) {
+func (s *Store) FailLease(ctx context.Context, f store.Failure) (_ intent.State, err error) {
+	defer s.noteLease(ctx, time.Now(), &err)
 	l, err := laneOf(f.Kind)
 	if err != nil {
 		return "", fmt.Errorf("fail lease: %w", err)
@@ -550,12 +566,13 @@ func (s *Store) FailLease(ctx context.Context, f store.Failure) (intent.State, e
 }
 
 // ReleaseLeases hands leases back: queued at once, or canceled.
-func (s *Store) ReleaseLeases(ctx context.Context, leases []store.Lease) ([]error, error) {
+func (s *Store) ReleaseLeases(ctx context.Context, leases []store.Lease) (_ []error, err error) {
+	defer s.noteLease(ctx, time.Now(), &err)
 	if len(leases) == 0 {
 		return nil, nil
 	}
 	out := make([]error, len(leases))
-	err := s.leaseWrite(ctx, func(t *leaseTx) error {
+	err = s.leaseWrite(ctx, func(t *leaseTx) error {
 		for i, ls := range leases {
 			l, err := laneOf(ls.Kind)
 			if err != nil {
@@ -640,4 +657,10 @@ func (t *leaseTx) claimFairShare(owner string, expires int64, n int, skip string
 		actors = slices.DeleteFunc(actors, func(q *actorQueue) bool { return len(q.batches) == 0 })
 	}
 	return out, nil
+}
+
+// noteLease records a lease call that began at start and ended with *err
+// in s.outage (deferred by each lease method).
+func (s *Store) noteLease(ctx context.Context, start time.Time, err *error) {
+	s.outage.Note(ctx, start, *err)
 }

@@ -35,6 +35,7 @@ import (
 
 	"studio/intent"
 	"studio/migrations"
+	"studio/store"
 	"studio/wake"
 )
 
@@ -79,6 +80,10 @@ type Store struct {
 	// onWatch, when set, is called after each look for other processes'
 	// commits (tests).
 	onWatch func()
+	// outage remembers when the lease calls could not get through, so
+	// that a claim does not count a lease that expired then against its
+	// row's attempts (store.LeaseOutage).
+	outage store.LeaseOutage
 }
 
 // Open opens (creating if needed) the database at cfg.Path and applies every

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"studio/intent"
 	"studio/store"
@@ -23,12 +24,13 @@ const saveStepSQL = `UPDATE tasks SET step = ?, provider_ref = ?, updated_at = ?
 		AND NOT (SELECT cancel_requested FROM batches WHERE batches.id = tasks.batch_id)`
 
 // SaveSteps records steps and provider references, fenced.
-func (s *Store) SaveSteps(ctx context.Context, steps []store.StepSave) ([]error, error) {
+func (s *Store) SaveSteps(ctx context.Context, steps []store.StepSave) (_ []error, err error) {
+	defer s.noteLease(ctx, time.Now(), &err)
 	if len(steps) == 0 {
 		return nil, nil
 	}
 	var out []error
-	err := s.leaseWrite(ctx, func(t *leaseTx) (err error) {
+	err = s.leaseWrite(ctx, func(t *leaseTx) (err error) {
 		out, err = store.SaveStepsIn(ctx, t, steps, store.InOrder(len(steps)))
 		return err
 	})

@@ -60,6 +60,8 @@ export class ApiError extends Error {
 // connection failed, no answer came in time, the browser is offline, or
 // something between here and studio answered for it (a proxy's 502/503/504,
 // any 5xx to a POST). Retrying an intent with the same request id is safe.
+// Its reason is a clause without a final period, which the page puts in a
+// sentence of its own.
 export class LostAnswer extends Error {
   constructor(reason, status) {
     super(reason);
@@ -126,7 +128,8 @@ export async function api(path, {method = 'GET', body, headers = {}, timeoutMs =
   // A 5xx is never a refusal of the input. To a POST it means "don't know
   // whether it happened"; a gateway's page (not our problem document) too.
   if (res.status >= 500 && (method !== 'GET' || !isProblem || res.status === 502 || res.status === 504)) {
-    const what = isProblem && data.detail ? `: ${data.detail}` : '';
+    // A reason is shown inside a sentence that ends it: no final period.
+    const what = isProblem && data.detail ? `: ${String(data.detail).trim().replace(/\.+$/, '')}` : '';
     throw new LostAnswer(`the server or a proxy answered ${res.status} ${res.statusText || ''}`.trim() + what, res.status);
   }
   throw new ApiError(res.status, isProblem ? data : {title: res.statusText || `HTTP ${res.status}`, status: res.status, detail: text.slice(0, 300)});

@@ -7,7 +7,7 @@
 // draft after a review makes a new id at the next review.
 
 import {api, ApiError, LostAnswer, newRequestID, store, stored} from './api.js';
-import {h, problemView, replace} from './dom.js';
+import {fieldItem, h, problemView, replace} from './dom.js';
 import {go} from './router.js';
 
 const DRAFT_KEY = 'studio.draft';
@@ -101,7 +101,7 @@ function countLine(c) {
 
 function fieldErrors(errors) {
   if (!errors.length) return null;
-  return h('ul', {class: 'errors', role: 'alert'}, errors.map((e) => h('li', {'data-field': e.field}, h('code', {}, e.field), ' ', e.message)));
+  return h('ul', {class: 'errors', role: 'alert'}, errors.map(fieldItem));
 }
 
 export async function composeView(main, cat) {

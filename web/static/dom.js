@@ -52,16 +52,53 @@ export function stateBadge(state) {
   return h('span', {class: `state ${state}`, 'data-state': state}, state);
 }
 
-// problemView shows an API error: status, title, detail and the fields at
-// fault, for people.
+// A problem reads by one rule, the command line's (client.Error): the
+// status and title, then the detail as one sentence (one final period),
+// then each field at fault that the detail does not state already, as
+// "field: message". A server with one field at fault often says it in the
+// detail too; it is shown once.
+
+// sentence is s trimmed and ending with exactly one period (or the ? or !
+// it ends with); '' stays ''.
+export function sentence(s) {
+  const t = String(s || '').trim();
+  if (!t || /[?!]$/.test(t)) return t;
+  return `${t.replace(/\.+$/, '')}.`;
+}
+
+// fieldsAtFault are a problem's errors[] the detail does not state
+// already, each {field, message} with the message's final periods cut.
+export function fieldsAtFault(problem) {
+  const p = problem || {};
+  const detail = String(p.detail || '');
+  const out = [];
+  for (const f of Array.isArray(p.errors) ? p.errors : []) {
+    const field = String((f && f.field) || '');
+    const message = String((f && f.message) || '').trim().replace(/\.+$/, '');
+    const line = field ? `${field}: ${message}` : message;
+    if (!line || detail.includes(line) || (field && detail.includes(`${field} ${message}`))) continue;
+    out.push({field, message});
+  }
+  return out;
+}
+
+// fieldItem is one field at fault as a list item: "field: message".
+export function fieldItem(f) {
+  return h('li', {'data-field': f.field || null}, f.field ? [h('code', {}, f.field), ': '] : null, f.message);
+}
+
+// problemView shows an API error for people, by the rule above. The
+// notice names every field at fault in data-fields, those the detail
+// states included.
 export function problemView(err, lead) {
   const p = err.problem || {};
-  const fields = Array.isArray(p.errors) ? p.errors : [];
-  return h('div', {class: 'notice bad', role: 'alert', 'data-problem-status': String(err.status || '')},
+  const fields = fieldsAtFault(p);
+  const all = (Array.isArray(p.errors) ? p.errors : []).map((f) => f && f.field).filter(Boolean);
+  const detail = sentence(p.detail);
+  return h('div', {class: 'notice bad', role: 'alert', 'data-problem-status': String(err.status || ''), 'data-fields': all.length ? all.join(' ') : null},
     lead ? h('p', {}, h('strong', {}, lead)) : null,
-    h('p', {}, h('strong', {}, `${err.status || ''} ${p.title || ''}`.trim()), p.detail ? `: ${p.detail}` : ''),
-    fields.length ? h('ul', {class: 'errors'},
-      fields.map((f) => h('li', {'data-field': f.field}, h('code', {}, f.field), ' ', f.message))) : null);
+    h('p', {class: 'problem'}, h('strong', {}, `${err.status || ''} ${p.title || ''}`.trim()), detail ? `: ${detail}` : ''),
+    fields.length ? h('ul', {class: 'errors'}, fields.map(fieldItem)) : null);
 }
 
 // failureView shows any failed call: the API's problem, or why no answer

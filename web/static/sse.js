@@ -105,7 +105,11 @@ export async function follow(url, {onEvent, onState = () => {}, signal, until = 
     } catch (err) {
       if (err instanceof Unsupported) throw err;
       if (signal.aborted) return;
-      why = idle.signal.aborted ? idle.signal.reason.message : err.message;
+      // fetch and the reader fail with the browser's words ("Failed to
+      // fetch", "network error"): a TypeError. Say it for people.
+      if (idle.signal.aborted) why = idle.signal.reason.message;
+      else if (err instanceof TypeError) why = navigator.onLine ? 'the connection was lost' : 'the browser is offline';
+      else why = err.message;
     } finally {
       clearTimeout(watchdog);
     }

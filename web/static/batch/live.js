@@ -41,7 +41,10 @@ export function liveView(state, path, signal) {
           data = JSON.parse(ev.data);
         } catch (err) {
           // The stream cannot be trusted to be whole: read the tasks again.
-          report('An update could not be read; the tasks are read again.')(err);
+          // The parser's words (SyntaxError: Unexpected token ...) say
+          // nothing to a person.
+          console.warn(`events: ${ev.type} event not JSON (${err.message})`);
+          report('An update could not be read; the tasks are read again.')(new Error('The update was not valid JSON.'));
           reread().catch(report('The tasks could not be read again; the live updates go on.'));
           return;
         }
