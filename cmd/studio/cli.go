@@ -253,7 +253,7 @@ func clientCommand(ctx context.Context, cmd string, args []string, stdin io.Read
 	var f clientFlags
 	defer func() {
 		if apiclient.StatusOf(err) == http.StatusUnauthorized && f.tokenFrom != "" {
-			err = fmt.Errorf("%w The token came from %s.", err, f.tokenFrom)
+			err = fmt.Errorf("%w %s", err, "The token came from "+f.tokenFrom+".")
 		}
 	}()
 	switch cmd {
