@@ -81,19 +81,15 @@ func (t *taskTx) rollback(ctx context.Context) { _ = t.tx.Rollback(ctx) }
 
 // inLeaseTx runs f in one transaction and commits what it did with the
 // parents' counts, unless it fails. The wait store.WithWait set on ctx,
-// if any, bounds its waits for row and table locks too (lock_timeout): a
-// claim that would wait longer answers a busy fault instead.
+// if any, bounds its waits for row and table locks too (lock_timeout, set
+// by pool.BeginTx): a claim that would wait longer answers a busy fault
+// instead.
 func (s *Store) inLeaseTx(ctx context.Context, f func(t *taskTx) error) error {
 	t, err := s.beginTask(ctx)
 	if err != nil {
 		return err
 	}
 	defer t.rollback(ctx)
-	if d, ok := store.Wait(ctx); ok {
-		if _, err := t.tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, max(d.Milliseconds(), 1))); err != nil {
-			return err
-		}
-	}
 	if err := f(t); err != nil {
 		return err
 	}

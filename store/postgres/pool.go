@@ -89,11 +89,19 @@ func (p pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // it commits or rolls back.
 func (p pool) Begin(ctx context.Context) (pgx.Tx, error) { return p.BeginTx(ctx, pgx.TxOptions{}) }
 
-// BeginTx starts a transaction with opts (Begin).
+// BeginTx starts a transaction with opts (Begin). Under the bound of
+// ctx (store.WithWait), a read-write transaction's waits for row and
+// table locks are bounded the same (lock_timeout, set in the BEGIN's own
+// round trip): a write that would queue behind another transaction's
+// lock for longer (an operator's LOCK TABLE, a long migration) answers
+// a busy fault instead of hanging the request.
 func (p pool) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
 	c, err := p.acquire(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if d, ok := store.Wait(ctx); ok && opts == (pgx.TxOptions{}) {
+		opts.BeginQuery = fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = %d", max(d.Milliseconds(), 1))
 	}
 	tx, err := c.BeginTx(ctx, opts)
 	if err != nil {

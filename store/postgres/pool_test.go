@@ -11,6 +11,7 @@ import (
 	"studio/store"
 	"studio/store/postgres"
 	"studio/store/postgres/pgtest"
+	"studio/store/storetest"
 )
 
 // TestWaitForConnectionIsBounded: with store.WithWait on the context, a
@@ -116,5 +117,41 @@ func copyConn(dst, src net.Conn, buf []byte) {
 		if err != nil {
 			return
 		}
+	}
+}
+
+// TestLockWaitIsBounded: with store.WithWait on the context, a write that
+// queues behind another transaction's table lock (an operator's LOCK
+// TABLE) ends at the bound with a busy fault, and commits nothing; once
+// the lock is gone the same write commits.
+func TestLockWaitIsBounded(t *testing.T) {
+	t.Parallel()
+	url, _ := pgtest.Schema(t)
+	s, err := postgres.Open(context.Background(), postgres.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	other, err := s.Pool().Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(context.Background(), `LOCK TABLE batches IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	in := storetest.Intent(t, "alice", "locked-out", "fp", 3)
+	ctx := store.WithWait(context.Background(), 200*time.Millisecond)
+	start := time.Now()
+	_, _, err = s.CreateIntent(ctx, in)
+	if f := store.FaultOf(err); f == nil || f.Kind != store.FaultBusy {
+		t.Fatalf("create behind a table lock: %v, read as %+v", err, f)
+	}
+	t.Logf("behind LOCK TABLE: %v after %v", err, time.Since(start).Round(time.Millisecond))
+	if err := other.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b, created, err := s.CreateIntent(ctx, in)
+	if err != nil || !created {
+		t.Fatalf("create once the lock is gone: %+v created=%v: %v", b, created, err)
 	}
 }
