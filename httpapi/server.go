@@ -73,9 +73,11 @@ type Limits struct {
 	GenerationBody int64
 	// ReadyTimeout bounds the database check of GET /readyz; 2s by default.
 	ReadyTimeout time.Duration
-	// DBWait bounds a request's wait for the database's write lock (held
-	// by another process, or by this one's writers queued first): past it
-	// the request is answered 503 with Retry-After instead of waiting on.
+	// DBWait bounds a request's wait for the database (SQLite's write
+	// lock, held by another process or by this one's writers queued
+	// first; on PostgreSQL a pooled connection and a write's row or table
+	// locks): past it the request is answered 503 with Retry-After
+	// instead of waiting on.
 	// DefaultDBWait by default; negative leaves the engine's own wait.
 	DBWait time.Duration
 	// MinFree is the free space, in bytes, below which the data volume

@@ -159,7 +159,7 @@ var flags = []flagDef{
 	{"max-upload-pixels", "STUDIO_MAX_UPLOAD_PIXELS", cmdServe, func(c *Config) any { return &c.MaxUploadPixels },
 		"largest uploaded image, in pixels (width x height)"},
 	{"db-wait", "STUDIO_DB_WAIT", cmdServe, func(c *Config) any { return &c.DBWait },
-		"longest a request waits for the database's write lock; then 503 with Retry-After; 0 = SQLite's 10s busy timeout"},
+		"longest a request waits for the database (SQLite: its write lock; PostgreSQL: a pooled connection, a write's row or table lock); then 503 with Retry-After; 0 = no bound (SQLite's 10s busy timeout)"},
 	{"min-free-mib", "STUDIO_MIN_FREE_MIB", cmdServe, func(c *Config) any { return &c.MinFreeMiB },
 		"/readyz answers 503 while the data directory's volume has less free, in MiB; 0 = no check"},
 	{"retain", "STUDIO_RETAIN", cmdServe, func(c *Config) any { return &c.Retain },
