@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"studio/generator"
 	"studio/httpapi"
 	"studio/intent"
+	"studio/intent/intenttest"
 	"studio/leasequeue"
 	"studio/locks"
 	"studio/lockservice"
@@ -50,7 +50,7 @@ func startStack(dir string, withWorkers bool) (*stack, error) {
 		st.Close()
 		return nil, err
 	}
-	svc := &intent.Service{Store: st, Planner: planner.New(planner.EmbeddedCatalog()), Locker: &keyedMutex{},
+	svc := &intent.Service{Store: st, Planner: planner.New(planner.EmbeddedCatalog()), Locker: &intenttest.KeyedMutex{},
 		Publications: st, Channels: []string{intent.ChannelGallery}}
 	eng := locks.New(locks.NewMemoryStore())
 	lockSvc, err := lockservice.New(lockservice.Config{Engine: eng})
@@ -66,7 +66,7 @@ func startStack(dir string, withWorkers bool) (*stack, error) {
 		Locks:        lockSvc,
 		Generations:  svc,
 		Publications: svc,
-		Uploads:      &intent.Uploads{Store: st, Blobs: blobWriter{blobs}, Locker: &keyedMutex{}},
+		Uploads:      &intent.Uploads{Store: st, Blobs: blobWriter{blobs}, Locker: &intenttest.KeyedMutex{}},
 		Store:        st,
 		Blobs:        blobs,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -140,28 +140,6 @@ func newStack(t testing.TB, withWorkers bool) *stack {
 	}
 	t.Cleanup(s.stop)
 	return s
-}
-
-// keyedMutex is a minimal intent.Locker: one mutex per key.
-type keyedMutex struct {
-	mu   sync.Mutex
-	keys map[string]*sync.Mutex
-}
-
-func (k *keyedMutex) Hold(ctx context.Context, key string, fn func(context.Context) error) error {
-	k.mu.Lock()
-	if k.keys == nil {
-		k.keys = map[string]*sync.Mutex{}
-	}
-	m := k.keys[key]
-	if m == nil {
-		m = &sync.Mutex{}
-		k.keys[key] = m
-	}
-	k.mu.Unlock()
-	m.Lock()
-	defer m.Unlock()
-	return fn(ctx)
 }
 
 // blobWriter is the intent.BlobWriter of a blob store.

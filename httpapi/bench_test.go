@@ -14,6 +14,7 @@ import (
 
 	"studio/httpapi"
 	"studio/intent"
+	"studio/intent/intenttest"
 	"studio/locks"
 	"studio/lockservice"
 	"studio/planner"
@@ -60,7 +61,7 @@ func BenchmarkReplay(b *testing.B) {
 	h := newHarness(b, options{})
 	benchCreate(b, h, "bench-replay")
 	body := genBody("bench-replay", 2, 3)
-	svc := &intent.Service{Store: h.store, Planner: planner.New(planner.EmbeddedCatalog()), Locker: &keyedMutex{}}
+	svc := &intent.Service{Store: h.store, Planner: planner.New(planner.EmbeddedCatalog()), Locker: &intenttest.KeyedMutex{}}
 	ctx := context.Background()
 	b.Run("floor", func(b *testing.B) {
 		for b.Loop() {

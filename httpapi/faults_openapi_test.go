@@ -16,6 +16,7 @@ import (
 	"studio/blob"
 	"studio/httpapi"
 	"studio/intent"
+	"studio/intent/intenttest"
 	"studio/planner"
 )
 
@@ -129,13 +130,13 @@ func TestFaultAnswersAreDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := &intent.Service{Store: h.store, Planner: planner.New(planner.EmbeddedCatalog()), Locker: &keyedMutex{},
+	svc := &intent.Service{Store: h.store, Planner: planner.New(planner.EmbeddedCatalog()), Locker: &intenttest.KeyedMutex{},
 		Publications: h.store, Channels: []string{intent.ChannelGallery}}
 	h.server, err = httpapi.New(httpapi.Config{
 		Generations:  svc,
 		Store:        h.store,
 		Blobs:        fs,
-		Uploads:      &intent.Uploads{Store: h.store, Blobs: fsWriter{fs}, Locker: &keyedMutex{}},
+		Uploads:      &intent.Uploads{Store: h.store, Blobs: fsWriter{fs}, Locker: &intenttest.KeyedMutex{}},
 		UploadDir:    t.TempDir(),
 		Publications: svc,
 		Logger:       slog.New(slog.NewJSONHandler(h.logs, nil)),

@@ -22,6 +22,7 @@ import (
 
 	"studio/httpapi"
 	"studio/intent"
+	"studio/intent/intenttest"
 	"studio/planner"
 	"studio/store/sqlite"
 )
@@ -67,7 +68,7 @@ func newHarness(t testing.TB, o options) *harness {
 	h := &harness{t: t, store: st, blobs: &memBlobs{data: map[string][]byte{}}, logs: &syncBuffer{}, tokens: map[string]string{}}
 	gens := o.gens
 	if gens == nil {
-		gens = &intent.Service{Store: st, Planner: planner.New(planner.EmbeddedCatalog()), Locker: &keyedMutex{}}
+		gens = &intent.Service{Store: st, Planner: planner.New(planner.EmbeddedCatalog()), Locker: &intenttest.KeyedMutex{}}
 	}
 	h.gens = gens
 	cfg := httpapi.Config{
@@ -218,28 +219,6 @@ func wantProblem(t *testing.T, w *httptest.ResponseRecorder, status int) problem
 // hasField reports whether a problem names the field.
 func (p problem) hasField(field string) bool {
 	return slices.ContainsFunc(p.Errors, func(e intent.FieldError) bool { return e.Field == field })
-}
-
-// keyedMutex is a minimal intent.Locker: one mutex per key.
-type keyedMutex struct {
-	mu   sync.Mutex
-	keys map[string]*sync.Mutex
-}
-
-func (k *keyedMutex) Hold(ctx context.Context, key string, fn func(context.Context) error) error {
-	k.mu.Lock()
-	if k.keys == nil {
-		k.keys = map[string]*sync.Mutex{}
-	}
-	m := k.keys[key]
-	if m == nil {
-		m = &sync.Mutex{}
-		k.keys[key] = m
-	}
-	k.mu.Unlock()
-	m.Lock()
-	defer m.Unlock()
-	return fn(ctx)
 }
 
 // memBlobs is an in-memory httpapi.Blobs.

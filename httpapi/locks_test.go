@@ -17,6 +17,7 @@ import (
 
 	"studio/httpapi"
 	"studio/intent"
+	"studio/intent/intenttest"
 	"studio/internal/testsignal"
 	"studio/locks"
 	"studio/lockservice"
@@ -84,7 +85,7 @@ func newLockHarnessParts(t testing.TB, cfg lockservice.Config, limits httpapi.Li
 	t.Cleanup(func() { svc.Close() })
 	h := &harness{t: t, store: st, logs: &syncBuffer{}, tokens: map[string]string{}}
 	h.server, err = httpapi.New(httpapi.Config{
-		Generations: &intent.Service{Store: st, Planner: planner.New(planner.EmbeddedCatalog()), Locker: &keyedMutex{}},
+		Generations: &intent.Service{Store: st, Planner: planner.New(planner.EmbeddedCatalog()), Locker: &intenttest.KeyedMutex{}},
 		Store:       st,
 		Locks:       svc,
 		Logger:      slog.New(slog.NewJSONHandler(h.logs, nil)),

@@ -12,6 +12,7 @@ import (
 
 	"studio/httpapi"
 	"studio/intent"
+	"studio/intent/intenttest"
 	"studio/planner"
 	"studio/store/storetest"
 )
@@ -58,7 +59,7 @@ func newCountingHarness(t *testing.T) (*harness, *countingService) {
 	t.Helper()
 	h := newHarness(t, options{})
 	svc := &countingService{Service: &intent.Service{Store: h.store, Planner: planner.New(planner.EmbeddedCatalog()),
-		Locker: &keyedMutex{}, Publications: h.store}}
+		Locker: &intenttest.KeyedMutex{}, Publications: h.store}}
 	var err error
 	h.server, err = httpapi.New(httpapi.Config{Generations: svc, Publications: svc, Store: h.store, Blobs: h.blobs,
 		Logger: slog.New(slog.NewJSONHandler(h.logs, nil))})

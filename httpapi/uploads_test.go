@@ -19,6 +19,7 @@ import (
 	"studio/blob"
 	"studio/httpapi"
 	"studio/intent"
+	"studio/intent/intenttest"
 	"studio/planner"
 )
 
@@ -66,13 +67,13 @@ func newPubHarness(t testing.TB, limits httpapi.Limits) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := &intent.Service{Store: h.store, Planner: planner.New(planner.EmbeddedCatalog()), Locker: &keyedMutex{},
+	svc := &intent.Service{Store: h.store, Planner: planner.New(planner.EmbeddedCatalog()), Locker: &intenttest.KeyedMutex{},
 		Publications: h.store, Channels: []string{intent.ChannelGallery, intent.ChannelWebhook}}
 	h.server, err = httpapi.New(httpapi.Config{
 		Generations:  svc,
 		Store:        h.store,
 		Blobs:        fs,
-		Uploads:      &intent.Uploads{Store: h.store, Blobs: fsWriter{fs}, Locker: &keyedMutex{}},
+		Uploads:      &intent.Uploads{Store: h.store, Blobs: fsWriter{fs}, Locker: &intenttest.KeyedMutex{}},
 		UploadDir:    t.TempDir(),
 		Publications: svc,
 		Logger:       slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"studio/intent"
+	"studio/intent/intenttest"
 	"studio/store/sqlite"
 	"studio/store/storetest"
 )
@@ -28,7 +29,7 @@ func newPubRig(t *testing.T, n int) *pubRig {
 	st := openStore(t, filepath.Join(t.TempDir(), "s.db"))
 	batch, assets := storetest.BatchWithAssets(t, st, "alice", "gen-0", n)
 	p := &countingPlanner{}
-	svc := &intent.Service{Store: st, Planner: p, Locker: &keyedMutex{}, Publications: st,
+	svc := &intent.Service{Store: st, Planner: p, Locker: &intenttest.KeyedMutex{}, Publications: st,
 		Channels: []string{intent.ChannelGallery, intent.ChannelWebhook}}
 	return &pubRig{store: st, svc: svc, batch: batch, assets: assets, planner: p}
 }
@@ -167,7 +168,7 @@ func TestPublicationRefusals(t *testing.T) {
 		t.Fatalf("bob's batch: %v %+v", err, intent.ErrorFields(err))
 	}
 	// A channel not carried out here: 422.
-	gallery := &intent.Service{Store: r.store, Planner: r.planner, Locker: &keyedMutex{}, Publications: r.store}
+	gallery := &intent.Service{Store: r.store, Planner: r.planner, Locker: &intenttest.KeyedMutex{}, Publications: r.store}
 	_, err = gallery.CreatePublication(ctx, "alice", "p3", intent.PublicationInput{BatchID: r.batch, AssetIDs: r.assets, Channel: intent.ChannelWebhook})
 	if intent.ErrorCode(err) != intent.EUnprocessable || !strings.Contains(intent.ErrorMessage(err), "webhook") {
 		t.Fatalf("unconfigured channel: %v", err)
@@ -243,7 +244,7 @@ func TestConcurrentPublicationsOneID(t *testing.T) {
 
 func TestPublicationWithoutStore(t *testing.T) {
 	t.Parallel()
-	svc := &intent.Service{Locker: &keyedMutex{}}
+	svc := &intent.Service{Locker: &intenttest.KeyedMutex{}}
 	if _, err := svc.CreatePublication(context.Background(), "alice", "p", intent.PublicationInput{}); err == nil || intent.ErrorCode(err) != intent.EInternal {
 		t.Fatalf("a service without a publication store: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"studio/intent"
+	"studio/intent/intenttest"
 	"studio/store/sqlite"
 )
 
@@ -64,28 +65,6 @@ func (p *countingPlanner) PlanGeneration(ctx context.Context, actor string, in *
 	return out, nil
 }
 
-// keyedMutex is a minimal intent.Locker for these tests.
-type keyedMutex struct {
-	mu   sync.Mutex
-	keys map[string]*sync.Mutex
-}
-
-func (k *keyedMutex) Hold(ctx context.Context, key string, fn func(context.Context) error) error {
-	k.mu.Lock()
-	if k.keys == nil {
-		k.keys = map[string]*sync.Mutex{}
-	}
-	m := k.keys[key]
-	if m == nil {
-		m = &sync.Mutex{}
-		k.keys[key] = m
-	}
-	k.mu.Unlock()
-	m.Lock()
-	defer m.Unlock()
-	return fn(ctx)
-}
-
 func openStore(t *testing.T, path string) *sqlite.Store {
 	t.Helper()
 	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path})
@@ -97,7 +76,7 @@ func openStore(t *testing.T, path string) *sqlite.Store {
 }
 
 func newService(t *testing.T, st intent.IntentStore, p intent.Planner) *intent.Service {
-	return &intent.Service{Store: st, Planner: p, Locker: &keyedMutex{}}
+	return &intent.Service{Store: st, Planner: p, Locker: &intenttest.KeyedMutex{}}
 }
 
 func input(frames ...string) intent.GenerationInput {
