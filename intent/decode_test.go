@@ -106,6 +106,48 @@ func fieldsOf(t *testing.T, err error) []string {
 	return fs
 }
 
+// decodeCase is one body for a Decode function and what it must give.
+type decodeCase[T any] struct {
+	name  string
+	body  string
+	field string // "" for a valid body; "-" for an error without fields; else the error's fields, space-separated
+	check func(t *testing.T, id string, idSet bool, in T)
+}
+
+// runDecodeCases runs each case through decode in parallel. A valid body
+// passes its check; an invalid one gives an error naming exactly the case's
+// fields and no result.
+func runDecodeCases[T any](t *testing.T, decode func([]byte) (string, bool, T, error), cases []decodeCase[T]) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			id, idSet, in, err := decode([]byte(c.body))
+			switch c.field {
+			case "":
+				if err != nil {
+					t.Fatalf("decode: %v (%v)", err, intent.ErrorFields(err))
+				}
+				if c.check != nil {
+					c.check(t, id, idSet, in)
+				}
+			case "-":
+				if fs := fieldsOf(t, err); len(fs) != 0 {
+					t.Fatalf("fields %q, want none", fs)
+				}
+			default:
+				if got := strings.Join(fieldsOf(t, err), " "); got != c.field {
+					t.Fatalf("fields %q, want %q (%v)", got, c.field, intent.ErrorFields(err))
+				}
+				var zero T
+				if !reflect.DeepEqual(in, zero) || id != "" || idSet {
+					t.Fatalf("an error came with a result: %q %v %#v", id, idSet, in)
+				}
+			}
+		})
+	}
+}
+
 // TestDecodeGenerationRules has one row per rule of the input table (and the
 // strictness rules): the valid edge and the invalid edge of every limit.
 func TestDecodeGenerationRules(t *testing.T) {
@@ -113,13 +155,7 @@ func TestDecodeGenerationRules(t *testing.T) {
 	e100 := strings.Repeat("é", 100) // 100 code points, 200 bytes
 	e101 := e100 + "é"
 	b := validBody()
-	type check func(t *testing.T, id string, idSet bool, in intent.GenerationInput)
-	cases := []struct {
-		name  string
-		body  string
-		field string // "" for a valid body; "-" for an error without fields
-		check check
-	}{
+	cases := []decodeCase[intent.GenerationInput]{
 		// The whole body.
 		{"minimal body", b.String(), "", func(t *testing.T, id string, idSet bool, in intent.GenerationInput) {
 			want := intent.GenerationInput{
@@ -363,32 +399,7 @@ func TestDecodeGenerationRules(t *testing.T) {
 		{"params number beyond a double", b.with("params", `{"a":[1e400]}`).String(), "params", nil},
 		{"params duplicate key", b.with("params", `{"a":1,"a":2}`).String(), "params.a", nil},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			id, idSet, in, err := intent.DecodeGeneration([]byte(c.body))
-			switch c.field {
-			case "":
-				if err != nil {
-					t.Fatalf("DecodeGeneration: %v (%v)", err, intent.ErrorFields(err))
-				}
-				if c.check != nil {
-					c.check(t, id, idSet, in)
-				}
-			case "-":
-				if fs := fieldsOf(t, err); len(fs) != 0 {
-					t.Fatalf("fields %q, want none", fs)
-				}
-			default:
-				if got := strings.Join(fieldsOf(t, err), " "); got != c.field {
-					t.Fatalf("fields %q, want %q (%v)", got, c.field, intent.ErrorFields(err))
-				}
-				if !reflect.DeepEqual(in, intent.GenerationInput{}) || id != "" || idSet {
-					t.Fatalf("an error came with a result: %q %v %#v", id, idSet, in)
-				}
-			}
-		})
-	}
+	runDecodeCases(t, intent.DecodeGeneration, cases)
 }
 
 // paramsOfSize returns a params object whose canonical form has exactly n
@@ -485,12 +496,7 @@ func TestDecodePublicationRules(t *testing.T) {
 	ids := func(n int) string {
 		return jlist(n, func(i int) string { return fmt.Sprintf("0192f0c1-7a3b-7c4d-8e5f-%012x", i) })
 	}
-	cases := []struct {
-		name  string
-		body  string
-		field string
-		check func(t *testing.T, id string, idSet bool, in intent.PublicationInput)
-	}{
+	cases := []decodeCase[intent.PublicationInput]{
 		{"minimal", b.String(), "", func(t *testing.T, id string, idSet bool, in intent.PublicationInput) {
 			want := intent.PublicationInput{BatchID: a1, AssetIDs: []string{a2}, Channel: "gallery"}
 			if id != "pub-1" || !idSet || !reflect.DeepEqual(in, want) {
@@ -540,27 +546,5 @@ func TestDecodePublicationRules(t *testing.T) {
 		{"channel in another case", b.with("channel", `"Gallery"`).String(), "channel", nil},
 		{"channel number", b.with("channel", `1`).String(), "channel", nil},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			id, idSet, in, err := intent.DecodePublication([]byte(c.body))
-			switch c.field {
-			case "":
-				if err != nil {
-					t.Fatalf("DecodePublication: %v (%v)", err, intent.ErrorFields(err))
-				}
-				if c.check != nil {
-					c.check(t, id, idSet, in)
-				}
-			case "-":
-				if fs := fieldsOf(t, err); len(fs) != 0 {
-					t.Fatalf("fields %q, want none", fs)
-				}
-			default:
-				if got := strings.Join(fieldsOf(t, err), " "); got != c.field {
-					t.Fatalf("fields %q, want %q (%v)", got, c.field, intent.ErrorFields(err))
-				}
-			}
-		})
-	}
+	runDecodeCases(t, intent.DecodePublication, cases)
 }
