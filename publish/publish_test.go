@@ -251,6 +251,16 @@ func (e *env) webhook(url string) *publish.Webhook {
 	return w
 }
 
+// publishToReceiver publishes a batch of n assets to rc under a runner with
+// opts and waits for the publication to end.
+func (e *env) publishToReceiver(rc *receiver, n int, opts leasequeue.Options) (intent.Publication, []intent.Asset) {
+	e.t.Helper()
+	batch, assets := e.batch("gen", n)
+	pub := e.publication("pub", batch, assets, intent.ChannelWebhook)
+	e.runner(publish.Config{Options: opts, Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(rc.srv.URL)}})
+	return e.wait(pub.Publication.ID, ended), assets
+}
+
 // TestWebhookDeliversEveryItemWithItsKey: the receiver fails the first
 // delivery of every item; the retry carries the same key, and every item
 // arrives with its bytes.
@@ -263,10 +273,7 @@ func TestWebhookDeliversEveryItemWithItsKey(t *testing.T) {
 		}
 		return http.StatusNoContent
 	})
-	batch, assets := e.batch("gen", 4)
-	pub := e.publication("pub", batch, assets, intent.ChannelWebhook)
-	e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(rc.srv.URL)}})
-	p := e.wait(pub.Publication.ID, ended)
+	p, assets := e.publishToReceiver(rc, 4, leasequeue.Options{})
 	if p.State != intent.StateSucceeded {
 		t.Fatalf("publication %+v", p)
 	}
@@ -311,10 +318,7 @@ func TestWebhookRefusalFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rc := newReceiver(t, func(string, int) int { return http.StatusUnprocessableEntity })
-	batch, assets := e.batch("gen", 2)
-	pub := e.publication("pub", batch, assets, intent.ChannelWebhook)
-	e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(rc.srv.URL)}})
-	p := e.wait(pub.Publication.ID, ended)
+	p, _ := e.publishToReceiver(rc, 2, leasequeue.Options{})
 	if p.State != intent.StateFailed || p.Counts.Failed != 2 {
 		t.Fatalf("publication %+v", p)
 	}
@@ -334,10 +338,7 @@ func TestWebhookOutOfAttempts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rc := newReceiver(t, func(string, int) int { return http.StatusBadGateway })
-	batch, assets := e.batch("gen", 1)
-	pub := e.publication("pub", batch, assets, intent.ChannelWebhook)
-	e.runner(publish.Config{Options: leasequeue.Options{MaxAttempts: 3, RetryBase: 5 * time.Millisecond}, Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(rc.srv.URL)}})
-	p := e.wait(pub.Publication.ID, ended)
+	p, _ := e.publishToReceiver(rc, 1, leasequeue.Options{MaxAttempts: 3, RetryBase: 5 * time.Millisecond})
 	ds := rc.all()
 	if p.State != intent.StateFailed || len(ds) != 3 {
 		t.Fatalf("publication %+v after %d deliveries, want failed after 3", p, len(ds))
@@ -378,17 +379,7 @@ func TestWebhookHonoursRetryAfter(t *testing.T) {
 				return http.StatusOK
 			})
 			rc.setRetryAfter(c.retryAfter)
-			batch, assets := e.batch("gen", 1)
-			pub := e.publication("pub", batch, assets, intent.ChannelWebhook)
-			e.runner(publish.Config{
-				Options: leasequeue.Options{
-					MaxAttempts: 3,
-					RetryBase:   5 * time.Millisecond,
-					RetryMax:    10 * time.Millisecond,
-				},
-				Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(rc.srv.URL)},
-			})
-			p := e.wait(pub.Publication.ID, ended)
+			p, _ := e.publishToReceiver(rc, 1, leasequeue.Options{MaxAttempts: 3, RetryBase: 5 * time.Millisecond, RetryMax: 10 * time.Millisecond})
 			ds := rc.all()
 			if p.State != intent.StateSucceeded || len(ds) != 2 {
 				t.Fatalf("publication %+v after %d deliveries, want succeeded after 2", p, len(ds))
