@@ -183,15 +183,7 @@ func TestServeRetain(t *testing.T) {
 	m, _ := startMain(t, cfg)
 	c := newClient(t, m.Addr(), readToken(t, cfg.Data))
 	ctx := context.Background()
-	var b batchAnswer
-	if resp, err := c.do(ctx, "POST", "/v1/generations", generation("old", "f01"), &b); err != nil || resp.StatusCode != http.StatusCreated {
-		t.Fatalf("create: %v %v", resp, err)
-	}
-	waitFor(t, 60*time.Second, "the batch to end", func() bool {
-		var got batchAnswer
-		_, err := c.do(ctx, "GET", "/v1/batches/"+b.ID, nil, &got)
-		return err == nil && got.State == "succeeded"
-	})
+	b := createSucceeded(t, c, "old")
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -311,15 +303,7 @@ func TestPostgresDumpRestore(t *testing.T) {
 	token := pgToken(t, url, "alice")
 	c := newClient(t, p.Addr, token)
 	ctx := context.Background()
-	var b batchAnswer
-	if resp, err := c.do(ctx, "POST", "/v1/generations", generation("dump-1", "f01"), &b); err != nil || resp.StatusCode != http.StatusCreated {
-		t.Fatalf("create: %v %v", resp, err)
-	}
-	waitFor(t, 60*time.Second, "the batch to end", func() bool {
-		var got batchAnswer
-		_, err := c.do(ctx, "GET", "/v1/batches/"+b.ID, nil, &got)
-		return err == nil && got.State == "succeeded"
-	})
+	b := createSucceeded(t, c, "dump-1")
 	p.signal(syscall.SIGTERM)
 	p.wait(30 * time.Second)
 
@@ -431,4 +415,21 @@ func TestSoakPruneKeepsSize(t *testing.T) {
 		}
 	}
 	t.Logf("studio.db + assets/ after 20 cycles of 200 tasks: %d bytes (first cycle %d)", size(), first)
+}
+
+// createSucceeded creates a one-frame batch under requestID and waits for
+// it to succeed.
+func createSucceeded(t *testing.T, c *client, requestID string) batchAnswer {
+	t.Helper()
+	ctx := context.Background()
+	var b batchAnswer
+	if resp, err := c.do(ctx, "POST", "/v1/generations", generation(requestID, "f01"), &b); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create: %v %v", resp, err)
+	}
+	waitFor(t, 60*time.Second, "the batch to end", func() bool {
+		var got batchAnswer
+		_, err := c.do(ctx, "GET", "/v1/batches/"+b.ID, nil, &got)
+		return err == nil && got.State == "succeeded"
+	})
+	return b
 }
