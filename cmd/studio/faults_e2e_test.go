@@ -348,19 +348,7 @@ func TestPostgresTerminatedIs503(t *testing.T) {
 	c := newClient(t, m.Addr(), readToken(t, cfg.Data))
 	ctx := context.Background()
 
-	admin, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	tx, err := admin.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `LOCK TABLE intents IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
+	_, tx := lockIntents(t, url)
 	type answer struct {
 		resp *http.Response
 		err  error
@@ -581,4 +569,26 @@ func TestVersion(t *testing.T) {
 		!strings.Contains(out.String(), "go1.") {
 		t.Fatalf("--version: exit %d, %q, %q", code, out.String(), errb.String())
 	}
+}
+
+// lockIntents holds an ACCESS EXCLUSIVE lock on the intents table of the
+// database at url, in an open transaction, so that every statement on the
+// table waits; rolling tx back releases it. Both end with the test.
+func lockIntents(t *testing.T, url string) (*pgx.Conn, pgx.Tx) {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close(ctx) })
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, `LOCK TABLE intents IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	return admin, tx
 }

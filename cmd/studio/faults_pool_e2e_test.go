@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"studio/store/postgres/pgtest"
 )
 
@@ -37,19 +35,7 @@ func TestPostgresPoolExhaustedIs503(t *testing.T) {
 	c := newClient(t, m.Addr(), readToken(t, cfg.Data))
 	ctx := context.Background()
 
-	admin, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	tx, err := admin.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `LOCK TABLE intents IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
+	admin, tx := lockIntents(t, url)
 	type answer struct {
 		resp *http.Response
 		err  error
