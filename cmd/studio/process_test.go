@@ -255,23 +255,26 @@ func newClient(t *testing.T, addr, token string) *client {
 // do sends a request with a JSON body (nil for none) and decodes a JSON
 // answer into out when out is not nil. It returns the response (body read).
 func (c *client) do(ctx context.Context, method, path string, body any, out any, header ...string) (*http.Response, error) {
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		r = bytes.NewReader(b)
+	if body == nil {
+		return c.send(ctx, method, path, nil, out, header...)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, r)
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	return c.send(ctx, method, path, bytes.NewReader(b), out, append([]string{"Content-Type", "application/json"}, header...)...)
+}
+
+// send sends a request with the token and the header pairs (name, value)
+// and decodes a JSON answer into out when out is not nil and the answer
+// has a body. It returns the response (body read).
+func (c *client) send(ctx context.Context, method, path string, body io.Reader, out any, header ...string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return nil, err
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])

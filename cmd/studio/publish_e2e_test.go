@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"image"
 	"image/color"
 	"image/png"
@@ -75,30 +74,7 @@ func pngImage(t *testing.T, w, h int, shade uint8) []byte {
 
 // upload posts raw bytes to /v1/uploads.
 func (c *client) upload(ctx context.Context, contentType string, body io.Reader, out any, header ...string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, "POST", c.base+"/v1/uploads", body)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Content-Type", contentType)
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp, err
-	}
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			return resp, fmt.Errorf("decode %q: %w", data, err)
-		}
-	}
-	return resp, nil
+	return c.send(ctx, "POST", "/v1/uploads", body, out, append([]string{"Content-Type", contentType}, header...)...)
 }
 
 // makeAssets completes every task of the batch with a PNG and returns the
