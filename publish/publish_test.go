@@ -251,13 +251,13 @@ func (e *env) webhook(url string) *publish.Webhook {
 	return w
 }
 
-// publishToReceiver publishes a batch of n assets to rc under a runner with
-// opts and waits for the publication to end.
-func (e *env) publishToReceiver(rc *receiver, n int, opts leasequeue.Options) (intent.Publication, []intent.Asset) {
+// publishToWebhook publishes a batch of n assets to the webhook at url under
+// a runner with opts and waits for the publication to end.
+func (e *env) publishToWebhook(url string, n int, opts leasequeue.Options) (intent.Publication, []intent.Asset) {
 	e.t.Helper()
 	batch, assets := e.batch("gen", n)
 	pub := e.publication("pub", batch, assets, intent.ChannelWebhook)
-	e.runner(publish.Config{Options: opts, Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(rc.srv.URL)}})
+	e.runner(publish.Config{Options: opts, Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(url)}})
 	return e.wait(pub.Publication.ID, ended), assets
 }
 
@@ -273,7 +273,7 @@ func TestWebhookDeliversEveryItemWithItsKey(t *testing.T) {
 		}
 		return http.StatusNoContent
 	})
-	p, assets := e.publishToReceiver(rc, 4, leasequeue.Options{})
+	p, assets := e.publishToWebhook(rc.srv.URL, 4, leasequeue.Options{})
 	if p.State != intent.StateSucceeded {
 		t.Fatalf("publication %+v", p)
 	}
@@ -318,7 +318,7 @@ func TestWebhookRefusalFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rc := newReceiver(t, func(string, int) int { return http.StatusUnprocessableEntity })
-	p, _ := e.publishToReceiver(rc, 2, leasequeue.Options{})
+	p, _ := e.publishToWebhook(rc.srv.URL, 2, leasequeue.Options{})
 	if p.State != intent.StateFailed || p.Counts.Failed != 2 {
 		t.Fatalf("publication %+v", p)
 	}
@@ -338,7 +338,7 @@ func TestWebhookOutOfAttempts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rc := newReceiver(t, func(string, int) int { return http.StatusBadGateway })
-	p, _ := e.publishToReceiver(rc, 1, leasequeue.Options{MaxAttempts: 3, RetryBase: 5 * time.Millisecond})
+	p, _ := e.publishToWebhook(rc.srv.URL, 1, leasequeue.Options{MaxAttempts: 3, RetryBase: 5 * time.Millisecond})
 	ds := rc.all()
 	if p.State != intent.StateFailed || len(ds) != 3 {
 		t.Fatalf("publication %+v after %d deliveries, want failed after 3", p, len(ds))
@@ -379,7 +379,7 @@ func TestWebhookHonoursRetryAfter(t *testing.T) {
 				return http.StatusOK
 			})
 			rc.setRetryAfter(c.retryAfter)
-			p, _ := e.publishToReceiver(rc, 1, leasequeue.Options{MaxAttempts: 3, RetryBase: 5 * time.Millisecond, RetryMax: 10 * time.Millisecond})
+			p, _ := e.publishToWebhook(rc.srv.URL, 1, leasequeue.Options{MaxAttempts: 3, RetryBase: 5 * time.Millisecond, RetryMax: 10 * time.Millisecond})
 			ds := rc.all()
 			if p.State != intent.StateSucceeded || len(ds) != 2 {
 				t.Fatalf("publication %+v after %d deliveries, want succeeded after 2", p, len(ds))

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"studio/intent"
-	"studio/publish"
+	"studio/leasequeue"
 )
 
 // TestWebhookNeverFollowsRedirects: a receiver answering 302 or 307 fails
@@ -35,10 +35,7 @@ func TestWebhookNeverFollowsRedirects(t *testing.T) {
 			t.Cleanup(redirect.Close)
 
 			e := newEnv(t)
-			batch, assets := e.batch("gen", 2)
-			pub := e.publication("pub", batch, assets, intent.ChannelWebhook)
-			e.runner(publish.Config{Channels: map[string]publish.Channel{intent.ChannelWebhook: e.webhook(redirect.URL)}})
-			p := e.wait(pub.Publication.ID, ended)
+			p, _ := e.publishToWebhook(redirect.URL, 2, leasequeue.Options{})
 			if p.State != intent.StateFailed {
 				t.Fatalf("publication %+v, want failed", p)
 			}
