@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"io"
 	neturl "net/url"
 	"path/filepath"
 	"strings"
@@ -41,12 +40,7 @@ func runOutageAttempts(t *testing.T, cfg Config, o writeOutage) {
 	cfg.LeaseTTL = time.Second
 	cfg.MaxAttempts = 1
 	cfg.LogLevel = "debug"
-	logs := &syncBuffer{}
-	m := NewMain(cfg, modeServe, io.Discard, logs)
-	if err := m.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
+	m, logs := startMainLogged(t, cfg)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("log:\n%s", grepLines(logs.String(), "0"))

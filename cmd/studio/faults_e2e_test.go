@@ -241,12 +241,7 @@ func TestFullVolumeIs507(t *testing.T) {
 	cfg.Data = filepath.Join(vol, "data")
 	cfg.Workers = 1
 	cfg.MinFreeMiB = 1
-	logs := &syncBuffer{}
-	m := NewMain(cfg, modeServe, io.Discard, logs)
-	if err := m.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
+	m, logs := startMainLogged(t, cfg)
 	c := newClient(t, m.Addr(), readToken(t, cfg.Data))
 	ctx := context.Background()
 	if resp, err := c.do(ctx, "GET", "/readyz", nil, nil); err != nil || resp.StatusCode != http.StatusOK {
@@ -487,12 +482,7 @@ func TestPostgresRefusedIs503(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Database = u.String()
 	cfg.Workers = 1
-	logs := &syncBuffer{}
-	m := NewMain(cfg, modeServe, io.Discard, logs)
-	if err := m.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
+	m, logs := startMainLogged(t, cfg)
 	c := newClient(t, m.Addr(), readToken(t, cfg.Data))
 	ctx := context.Background()
 
@@ -591,4 +581,17 @@ func lockIntents(t *testing.T, url string) (*pgx.Conn, pgx.Tx) {
 		t.Fatal(err)
 	}
 	return admin, tx
+}
+
+// startMainLogged runs the program in serve mode, as startMain does, and
+// returns what it logs.
+func startMainLogged(t *testing.T, cfg Config) (*Main, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	m := NewMain(cfg, modeServe, io.Discard, logs)
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, logs
 }
