@@ -17,8 +17,12 @@ import (
 // fault hands its task back. Tasks do not burn attempts on database
 // faults.
 //
-// A window opens at the start of the first call that failed and closes
-// at the end of the first lease call that succeeded after it. The last
+// A window opens at the start of the first call that failed (Note) and
+// closes when a lease write next commits (Wrote). A call that succeeded
+// without writing proves nothing: a claim that found nothing to claim
+// only read, and reads pass while another connection holds SQLite's
+// write lock, so closing the window on it would leave a lease that
+// expired later in the same outage counted against its task. The last
 // few windows are kept (a lease that expired in one may be taken back a
 // while after it closed). Their times are this process's clock; Windows
 // turns them into the database's by their distance from now. The zero
@@ -37,25 +41,38 @@ type outageWindow struct {
 }
 
 // Note records a lease call that began at start and ended with err; ctx
-// is the call's context.
+// is the call's context. A fault, or the call's own deadline passed,
+// opens a window if none is open; anything else changes nothing.
 func (o *LeaseOutage) Note(ctx context.Context, start time.Time, err error) {
 	failed := FaultOf(err) != nil ||
 		(errors.Is(err, context.DeadlineExceeded) && errors.Is(ctx.Err(), context.DeadlineExceeded))
-	if !failed && err != nil {
+	if !failed {
 		return
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	open := len(o.windows) > 0 && o.windows[len(o.windows)-1].until.IsZero()
-	switch {
-	case failed && !open:
-		if len(o.windows) == keptWindows {
-			o.windows = append(o.windows[:0], o.windows[1:]...)
-		}
-		o.windows = append(o.windows, outageWindow{since: start})
-	case !failed && open:
+	if o.open() {
+		return
+	}
+	if len(o.windows) == keptWindows {
+		o.windows = append(o.windows[:0], o.windows[1:]...)
+	}
+	o.windows = append(o.windows, outageWindow{since: start})
+}
+
+// Wrote records that a lease write committed: the database takes this
+// process's writes again, and an open window closes now.
+func (o *LeaseOutage) Wrote() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.open() {
 		o.windows[len(o.windows)-1].until = time.Now()
 	}
+}
+
+// open says whether the last window is still open; o.mu is held.
+func (o *LeaseOutage) open() bool {
+	return len(o.windows) > 0 && o.windows[len(o.windows)-1].until.IsZero()
 }
 
 // Window is an outage window in the database's clock.

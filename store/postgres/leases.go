@@ -96,6 +96,7 @@ func (s *Store) inLeaseTx(ctx context.Context, f func(t *taskTx) error) error {
 	if err := t.commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", interpret(err))
 	}
+	s.outage.Wrote() // the database takes our writes again: an outage is over
 	return nil
 }
 
@@ -739,7 +740,8 @@ func (s *Store) ReleaseLeases(ctx context.Context, leases []store.Lease) (_ []er
 }
 
 // noteLease records a lease call that began at start and ended with *err
-// in s.outage (deferred by each lease method).
+// in s.outage (deferred by each lease method): a fault opens an outage
+// window; inLeaseTx's commits close it.
 func (s *Store) noteLease(ctx context.Context, start time.Time, err *error) {
 	s.outage.Note(ctx, start, *err)
 }

@@ -58,7 +58,12 @@ const (
 // leaseWrite runs f in one write transaction (s.write) as a leaseTx, and
 // moves the parents' counts before it commits, in id order. Once it has
 // committed, the readers of the batches that moved are woken.
-func (s *Store) leaseWrite(ctx context.Context, f func(*leaseTx) error) error {
+func (s *Store) leaseWrite(ctx context.Context, f func(*leaseTx) error) (err error) {
+	defer func() {
+		if err == nil {
+			s.outage.Wrote() // the write lock is ours again: an outage is over
+		}
+	}()
 	return s.write(ctx, func(t *tx) error {
 		lt := &leaseTx{tx: t, wall: ms(s.now()), batches: store.CountDeltas{}, pubs: store.CountDeltas{}}
 		if err := t.queryRow(dbNowSQL).Scan(&lt.now); err != nil {
@@ -660,7 +665,8 @@ func (t *leaseTx) claimFairShare(owner string, expires int64, n int, skip string
 }
 
 // noteLease records a lease call that began at start and ended with *err
-// in s.outage (deferred by each lease method).
+// in s.outage (deferred by each lease method): a fault opens an outage
+// window; leaseWrite's commits close it.
 func (s *Store) noteLease(ctx context.Context, start time.Time, err *error) {
 	s.outage.Note(ctx, start, *err)
 }
