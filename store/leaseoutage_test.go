@@ -38,7 +38,7 @@ func TestLeaseOutageWindows(t *testing.T) {
 	if !store.InOutage(ws, dbNow.Add(-2*time.Second)) || store.InOutage(ws, dbNow.Add(-time.Minute)) {
 		t.Fatalf("InOutage over %v", ws)
 	}
-	o.Note(bg, time.Now(), nil) // a call that succeeded without writing (a claim that found nothing)
+	o.Note(bg, time.Now(), nil)                                         // a call that succeeded without writing (a claim that found nothing)
 	if ws := o.Windows(dbNow); len(ws) != 1 || !ws[0].To.Equal(dbNow) { // open: it ends now
 		t.Fatalf("a success without a write closed the window: %v", ws)
 	}
