@@ -40,6 +40,17 @@ func urlWith(t *testing.T, host, user string) string {
 	return u.String()
 }
 
+// connect opens a connection to the test server, closed when the test ends.
+func connect(t *testing.T) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(context.Background(), pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
 // expectKind fails unless err is a fault of kind (kind "" means: not a
 // fault), with MaybeCommitted as given.
 func expectKind(t *testing.T, what string, err error, kind store.FaultKind, maybe bool) {
@@ -83,11 +94,7 @@ func TestClassifyUnresolvableHost(t *testing.T) {
 func TestClassifyTooManyConnections(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
+	admin := connect(t)
 	var b [4]byte
 	rand.Read(b[:])
 	role := "studio_test_nolimit_" + hex.EncodeToString(b[:])
@@ -95,7 +102,7 @@ func TestClassifyTooManyConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Exec(context.Background(), `DROP ROLE `+pgx.Identifier{role}.Sanitize()) })
-	_, err = pgx.Connect(ctx, urlWith(t, "", role))
+	_, err := pgx.Connect(ctx, urlWith(t, "", role))
 	expectKind(t, "connect as a role over its connection limit", err, store.FaultBusy, false)
 }
 
@@ -105,11 +112,7 @@ func TestClassifyTooManyConnections(t *testing.T) {
 func TestClassifyTerminatedBackend(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
+	admin := connect(t)
 	kill := func(c *pgx.Conn) {
 		t.Helper()
 		var ok bool
@@ -129,13 +132,9 @@ func TestClassifyTerminatedBackend(t *testing.T) {
 		}
 	}
 
-	c, err := pgx.Connect(ctx, pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
+	c := connect(t)
 	kill(c)
-	_, err = c.Exec(ctx, `SELECT 1`)
+	_, err := c.Exec(ctx, `SELECT 1`)
 	if f := store.FaultOf(err); f == nil || f.Kind != store.FaultUnreachable {
 		t.Fatalf("the statement after the backend was terminated: %v read as %+v", err, f)
 	}
@@ -143,11 +142,7 @@ func TestClassifyTerminatedBackend(t *testing.T) {
 	_, err = c.Exec(ctx, `SELECT 1`)
 	expectKind(t, "a statement on the closed connection", err, store.FaultUnreachable, false)
 
-	c2, err := pgx.Connect(ctx, pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close(ctx)
+	c2 := connect(t)
 	tx, err := c2.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -169,15 +164,11 @@ func TestClassifyTerminatedBackend(t *testing.T) {
 func TestClassifyTimeoutOnLiveConnection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := pgx.Connect(ctx, pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
+	c := connect(t)
 	if err := c.PgConn().Conn().SetReadDeadline(time.Now().Add(100 * time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Exec(ctx, `SELECT pg_sleep(1)`)
+	_, err := c.Exec(ctx, `SELECT pg_sleep(1)`)
 	expectKind(t, "a statement past the socket's deadline", err, store.FaultBusy, true)
 }
 
@@ -186,21 +177,13 @@ func TestClassifyTimeoutOnLiveConnection(t *testing.T) {
 func TestClassifyNotFaults(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := pgx.Connect(ctx, pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
+	c := connect(t)
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	_, err = c.Exec(short, `SELECT pg_sleep(1)`)
+	_, err := c.Exec(short, `SELECT pg_sleep(1)`)
 	expectKind(t, "the caller's deadline", err, "", false)
 
-	c2, err := pgx.Connect(ctx, pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close(ctx)
+	c2 := connect(t)
 	_, err = c2.Exec(ctx, `SELECT 1/0`)
 	expectKind(t, "division by zero", err, "", false)
 	_, err = c2.Exec(ctx, `SELECT * FROM no_such_table_`+strconv.Itoa(int(time.Now().UnixNano()%1000)))
