@@ -155,7 +155,6 @@ func (c *Cache) ActorForToken(ctx context.Context, tokenHash string) (string, er
 	if err != nil {
 		return "", err
 	}
-	t.LastUsedAt = Hour(now)
 	put(c, g, c.tokens, tokenHash, t)
 	return t.Actor, nil
 }

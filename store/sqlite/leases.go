@@ -223,7 +223,7 @@ func claim[C any](ctx context.Context, s *Store, l *lane, p store.ClaimParams,
 	var out []C
 	err := s.leaseWrite(ctx, func(t *leaseTx) error {
 		expires := t.now + ttlMS(p.TTL)
-		got, err := t.reclaimExpired(l, p, expires, s.outage.Windows(fromMS(t.now)))
+		got, err := t.reclaimExpired(l, p, expires, &s.outage)
 		if err != nil {
 			return err
 		}
@@ -263,10 +263,10 @@ func (t *leaseTx) takeQueued(l *lane, q string, args ...any) ([]store.Claimed, e
 // first, at most p.Limit of them: canceled if their parent was asked to
 // cancel, failed if they used every attempt, otherwise claimed again.
 //
-// A lease that expired in one of outages (the windows in which this
+// A lease that expired in one of outage's windows (in which this
 // process's lease calls could not get through, store.LeaseOutage) is
 // taken back as released: its try does not count against the attempts.
-func (t *leaseTx) reclaimExpired(l *lane, p store.ClaimParams, expires int64, outages []store.Window) ([]store.Claimed, error) {
+func (t *leaseTx) reclaimExpired(l *lane, p store.ClaimParams, expires int64, outage *store.LeaseOutage) ([]store.Claimed, error) {
 	rows, err := t.query(l.findExpired, t.now, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("find expired leases: %w", err)
@@ -292,6 +292,10 @@ func (t *leaseTx) reclaimExpired(l *lane, p store.ClaimParams, expires int64, ou
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
+	}
+	var outages []store.Window
+	if len(found) > 0 {
+		outages = outage.Windows(fromMS(t.now))
 	}
 	var out []store.Claimed
 	for _, e := range found {

@@ -54,11 +54,7 @@ func (s *Store) Reclaim(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for {
-		free, err := s.freeBytes(ctx)
-		if err != nil {
-			return 0, err
-		}
+	for free := before; ; {
 		if free == 0 {
 			return before, s.checkpoint(ctx)
 		}
@@ -72,6 +68,7 @@ func (s *Store) Reclaim(ctx context.Context) (int64, error) {
 		if after >= free {
 			return before - after, s.checkpoint(ctx) // nothing moved: another process holds what is left
 		}
+		free = after
 	}
 }
 
