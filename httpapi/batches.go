@@ -79,8 +79,6 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 	s.ok(w, r, http.StatusOK, makePage(s.cursors, items, pg.limit, scope, func(t intent.Task) string { return t.ID }))
 }
 
-// cancelBatch is POST /v1/batches/{id}/cancel: idempotent; answers the
-// batch as it stands after.
 // deleteBatch deletes an ended batch: 204, or 404 when there is none
 // (deleted already included), or 409 while it runs.
 func (s *Server) deleteBatch(w http.ResponseWriter, r *http.Request) {
@@ -92,6 +90,8 @@ func (s *Server) deleteBatch(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// cancelBatch is POST /v1/batches/{id}/cancel: idempotent; answers the
+// batch as it stands after.
 func (s *Server) cancelBatch(w http.ResponseWriter, r *http.Request) {
 	actor, _ := ActorFrom(r.Context())
 	b, err := s.store.CancelBatch(r.Context(), actor, chi.URLParam(r, "id"))
