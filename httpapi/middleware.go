@@ -83,10 +83,14 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		}
 		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 		if rec.Status < 500 && rec.Fault == "" && usesDatabase(r.URL.Path) {
-			if r.Method == http.MethodGet || r.Method == http.MethodHead {
-				s.outage.ReadOK()
-			} else {
+			// Only a write that succeeded proves the database takes writes
+			// again: a refusal (4xx) or a replay may have only read.
+			wrote := r.Method != http.MethodGet && r.Method != http.MethodHead &&
+				rec.Status < 300 && w.Header().Get("Idempotent-Replayed") == ""
+			if wrote {
 				s.outage.OK()
+			} else {
+				s.outage.ReadOK()
 			}
 		}
 		if rec.Status < 500 && rec.Fault == "" && usesAssetStore(r) {

@@ -297,8 +297,12 @@ func (s *session[T]) fetchLoop() {
 			s.stats.empty.Add(1)
 		}
 		switch {
-		case err == nil:
+		case err == nil && len(items) > 0:
 			s.outage.OK()
+		case err == nil:
+			// A claim that took nothing may have only read, which SQLite
+			// allows while another connection holds its write lock.
+			s.outage.ReadOK()
 		case s.Fault(err):
 			// Logged once per outage; the wait below grows to PollMax.
 		case s.bg.Err() == nil:
