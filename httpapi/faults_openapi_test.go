@@ -1,8 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
-	"database/sql"
 	"log/slog"
 	"net/http"
 	"path/filepath"
@@ -18,6 +16,7 @@ import (
 	"studio/intent"
 	"studio/intent/intenttest"
 	"studio/planner"
+	"studio/store/sqlite/sqlitetest"
 )
 
 // faultDoc is what the fault tests read of the served OpenAPI document.
@@ -154,21 +153,7 @@ func TestFaultAnswersAreDocumented(t *testing.T) {
 	b := h.create("alice", "doc-faults-1", 2, 1)
 	doc := servedDoc(t, h)
 
-	ctx := context.Background()
-	other, err := sql.Open("sqlite", "file:"+h.store.Path()+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	hold, err := other.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hold.Close()
-	if _, err := hold.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-		t.Fatal(err)
-	}
-	defer hold.ExecContext(ctx, `ROLLBACK`)
+	sqlitetest.HoldWriteLock(t, h.store.Path())
 
 	jsonHdr := http.Header{"Content-Type": {"application/json"}}
 	writes := []struct {

@@ -13,6 +13,7 @@ import (
 
 	"studio/intent"
 	"studio/store/postgres/pgtest"
+	"studio/store/sqlite/sqlitetest"
 )
 
 // A task whose lease expired while the database could not be reached does
@@ -110,28 +111,18 @@ func TestSQLiteOutageBurnsNoAttempt(t *testing.T) {
 	path := filepath.Join(cfg.Data, "studio.db")
 	ctx := context.Background()
 	var other *sql.DB
-	var hold *sql.Conn
+	var release func()
 	runOutageAttempts(t, cfg, writeOutage{
 		givenUp: "lease lost",
 		hold: func(t *testing.T) {
 			var err error
-			if other, err = sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)"); err != nil {
+			if other, err = sql.Open("sqlite", "file:"+path); err != nil { // reads during the outage
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { other.Close() })
-			if hold, err = other.Conn(ctx); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { hold.Close() })
-			if _, err := hold.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-				t.Fatal(err)
-			}
+			release = sqlitetest.HoldWriteLock(t, path)
 		},
-		release: func(t *testing.T) {
-			if _, err := hold.ExecContext(ctx, `ROLLBACK`); err != nil {
-				t.Fatal(err)
-			}
-		},
+		release: func(t *testing.T) { release() },
 		expired: func(t *testing.T, taskID string) bool {
 			var n int
 			if err := other.QueryRowContext(ctx, `SELECT count(*) FROM tasks WHERE id = ? AND state = 'running'

@@ -25,6 +25,7 @@ import (
 	"studio/metrics"
 	"studio/store"
 	"studio/store/postgres/pgtest"
+	"studio/store/sqlite/sqlitetest"
 )
 
 // The fault tests cause each fault of the database for real and check the
@@ -106,19 +107,7 @@ func TestSQLiteBusyIs503(t *testing.T) {
 	c := newClient(t, m.Addr(), readToken(t, cfg.Data))
 	ctx := context.Background()
 
-	other, err := sql.Open("sqlite", "file:"+filepath.Join(cfg.Data, "studio.db")+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	hold, err := other.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hold.Close()
-	if _, err := hold.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-		t.Fatal(err)
-	}
+	release := sqlitetest.HoldWriteLock(t, filepath.Join(cfg.Data, "studio.db"))
 
 	var p faultProblem
 	resp, err := c.do(ctx, "POST", "/v1/generations", generation("busy-1", "f01", "f02"), &p)
@@ -134,9 +123,7 @@ func TestSQLiteBusyIs503(t *testing.T) {
 		t.Fatalf("readyz while busy: %v %v", resp, err)
 	}
 
-	if _, err := hold.ExecContext(ctx, `ROLLBACK`); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	resp, err = c.do(ctx, "POST", "/v1/generations", generation("busy-1", "f01", "f02"), nil)
 	if err != nil || resp.StatusCode != http.StatusCreated {
 		t.Fatalf("retry after the lock was released: %v %v", resp, err)

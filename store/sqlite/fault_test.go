@@ -5,42 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"studio/store"
+	"studio/store/sqlite/sqlitetest"
 )
-
-// holdWriteLock takes the write lock of the database at path on a
-// connection of its own (BEGIN IMMEDIATE) and answers its release.
-func holdWriteLock(t *testing.T, path string) func() {
-	t.Helper()
-	ctx := context.Background()
-	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	holder, err := other.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := holder.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	release := func() {
-		once.Do(func() {
-			if _, err := holder.ExecContext(ctx, "ROLLBACK"); err != nil {
-				t.Error(err)
-			}
-			holder.Close()
-			other.Close()
-		})
-	}
-	t.Cleanup(release)
-	return release
-}
 
 // TestClassifyBusy: SQLite's own SQLITE_BUSY, met by a connection with no
 // busy timeout while another holds the write lock, is a FaultBusy; a
@@ -56,7 +26,7 @@ func TestClassifyBusy(t *testing.T) {
 	if _, err := db.Exec(`CREATE TABLE t (id INTEGER PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
-	release := holdWriteLock(t, path)
+	release := sqlitetest.HoldWriteLock(t, path)
 	_, err = db.Exec(`INSERT INTO t (id) VALUES (1)`)
 	if f := store.FaultOf(err); f == nil || f.Kind != store.FaultBusy || f.MaybeCommitted {
 		t.Fatalf("insert while another connection writes: %v, fault %+v; want busy", err, f)
@@ -88,7 +58,7 @@ func TestWaitBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release := holdWriteLock(t, path)
+	release := sqlitetest.HoldWriteLock(t, path)
 	bounded := store.WithWait(ctx, 100*time.Millisecond)
 	_, _, err = s.CreateIntent(bounded, in("second"))
 	if f := store.FaultOf(err); f == nil || f.Kind != store.FaultBusy || f.MaybeCommitted {
