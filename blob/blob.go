@@ -93,6 +93,35 @@ var (
 	ErrUnavailable = errors.New("blob store unavailable")
 )
 
+// ReadAll reads r to its end: into one slice of the right size when r
+// tells how much is left (a bytes.Reader, a strings.Reader, a
+// bytes.Buffer), not one that grows as io.ReadAll's does.
+func ReadAll(r io.Reader) ([]byte, error) {
+	l, ok := r.(interface{ Len() int })
+	if !ok {
+		return io.ReadAll(r)
+	}
+	buf := make([]byte, l.Len())
+	n, err := io.ReadFull(r, buf)
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return buf[:n], nil
+	case err != nil:
+		return nil, err
+	}
+	// Whatever came after what Len told.
+	var probe [1]byte
+	k, err := r.Read(probe[:])
+	if k == 0 && errors.Is(err, io.EOF) {
+		return buf, nil
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	rest, err := io.ReadAll(r)
+	return append(append(buf, probe[:k]...), rest...), err
+}
+
 // Verify checks that data hashes to sha256, answering ErrCorrupt if not.
 func Verify(sha256Hex string, data []byte) error {
 	sum := sha256.Sum256(data)

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -135,6 +136,26 @@ func testPutOpen(t *testing.T, b Backend) {
 		{"seeker", func() io.Reader { return bytes.NewReader(data) }},
 		{"stream", func() io.Reader { return iotest.OneByteReader(bytes.NewReader(data)) }},
 		{"seeker again", func() io.Reader { return bytes.NewReader(data) }},
+		// A reader partly read already: what is left is the blob.
+		{"seeker past a header", func() io.Reader {
+			r := bytes.NewReader(append([]byte("a header the store must not keep"), data...))
+			r.Seek(int64(len("a header the store must not keep")), io.SeekStart)
+			return r
+		}},
+		{"file", func() io.Reader {
+			f, err := os.CreateTemp(t.TempDir(), "put-*")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+			if _, err := f.Write(data); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Seek(0, io.SeekStart); err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}},
 	} {
 		info, err := s.Put(ctx, tc.r())
 		if err != nil {

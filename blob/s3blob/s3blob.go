@@ -36,9 +36,7 @@ package s3blob
 import (
 	"bytes"
 	"context"
-	"crypto/md5"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -205,23 +203,25 @@ func notFound(err error) bool {
 	return r.Code == minio.NoSuchKey || r.Code == "NotFound"
 }
 
-// Put uploads r's bytes, read into memory first (assets are bounded), to
-// their content address.
+// Put uploads r's bytes to their content address. A reader that can seek
+// and read at an offset (a file, a bytes.Reader) is hashed in place, then
+// sent from it: the bytes are not copied. Any other reader is read into
+// memory first (assets are bounded).
 func (s *Store) Put(ctx context.Context, r io.Reader) (blob.Info, error) {
-	data, err := io.ReadAll(r)
+	body, info, err := hashBody(r)
 	if err != nil {
-		return blob.Info{}, fmt.Errorf("put blob: read: %w", err)
+		return blob.Info{}, fmt.Errorf("put blob: %w", err)
 	}
-	sum := sha256.Sum256(data)
-	info := blob.Info{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
 	key := s.live(info.SHA256)
-	md5sum := md5.Sum(data)
-	// One PUT signed with the payload's SHA-256 and sent with its MD5, so
-	// the server refuses bytes that did not arrive whole. (Not minio-go's
-	// chunked streaming signature, which some S3-compatible servers store
-	// as part of the object.)
-	if _, err := (minio.Core{Client: s.c}).PutObject(ctx, s.bucket, key, bytes.NewReader(data), info.Size,
-		base64.StdEncoding.EncodeToString(md5sum[:]), info.SHA256, minio.PutObjectOptions{
+	// One PUT whose signature covers the payload's SHA-256
+	// (x-amz-content-sha256), which S3 checks against the bytes it
+	// received: bytes that did not arrive whole are refused. (Not a
+	// Content-MD5 as well: a second hash of every image for what the
+	// signed hash already asks. Not minio-go's chunked streaming
+	// signature, which some S3-compatible servers store as part of the
+	// object.) Whatever a server stores is verified again on every read.
+	if _, err := (minio.Core{Client: s.c}).PutObject(ctx, s.bucket, key, body, info.Size,
+		"", info.SHA256, minio.PutObjectOptions{
 			UserMetadata:         map[string]string{metaTouched: stamp(s.now())},
 			ContentType:          "application/octet-stream",
 			DisableContentSha256: true,
@@ -229,6 +229,44 @@ func (s *Store) Put(ctx context.Context, r io.Reader) (blob.Info, error) {
 		return blob.Info{}, fault("put blob", key, err)
 	}
 	return info, nil
+}
+
+// hashBody answers the bytes of r as a body to send (and to send again:
+// it seeks to its start on a retry), with their SHA-256 and size.
+func hashBody(r io.Reader) (io.ReadSeeker, blob.Info, error) {
+	type readSeekerAt interface {
+		io.ReadSeeker
+		io.ReaderAt
+	}
+	if rs, ok := r.(readSeekerAt); ok {
+		start, err := rs.Seek(0, io.SeekCurrent)
+		if err != nil {
+			return nil, blob.Info{}, err
+		}
+		end, err := rs.Seek(0, io.SeekEnd)
+		if err != nil {
+			return nil, blob.Info{}, err
+		}
+		body := io.NewSectionReader(rs, start, end-start)
+		h := sha256.New()
+		n, err := io.Copy(h, body)
+		if err != nil {
+			return nil, blob.Info{}, fmt.Errorf("hash: %w", err)
+		}
+		if n != end-start {
+			return nil, blob.Info{}, fmt.Errorf("hash: read %d bytes of %d", n, end-start)
+		}
+		if _, err := body.Seek(0, io.SeekStart); err != nil {
+			return nil, blob.Info{}, err
+		}
+		return body, blob.Info{SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
+	}
+	data, err := blob.ReadAll(r)
+	if err != nil {
+		return nil, blob.Info{}, fmt.Errorf("read: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	return bytes.NewReader(data), blob.Info{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}, nil
 }
 
 // Open reads the bytes of sha, whole, and verifies them; the bytes of a

@@ -50,7 +50,7 @@ func (b *BlobStore) stamp() *time.Time {
 // Put stores r's bytes, read into memory (assets are bounded: the API
 // refuses uploads over 20 MiB).
 func (b *BlobStore) Put(ctx context.Context, r io.Reader) (blob.Info, error) {
-	data, err := io.ReadAll(r)
+	data, err := blob.ReadAll(r)
 	if err != nil {
 		return blob.Info{}, fmt.Errorf("put blob: read: %w", err)
 	}
