@@ -13,6 +13,12 @@ import (
 // from the noop generator, 256 KiB each, which cost a copy to make.
 const assetsImage = 512
 
+// maxAssetsTasks bounds the tasks of one assets_drain side (--tasks is
+// 6000 by default, for the drain operations): 2400 images of 256 KiB make
+// 600 MiB a side, long enough that a checkpoint or a worker's start-up
+// weighs little in the rate, short enough that a run takes a few minutes.
+const maxAssetsTasks = 2400
+
 // drainAssets: procs worker processes (4 tasks at once each) drain
 // 512x512 images on PostgreSQL, with the bytes in the object store
 // (--assets) and, alternating, in the blobs table; each side's rate and
@@ -27,7 +33,7 @@ func (b *bench) drainAssets(procs int) (*Result, error) {
 	if err := b.cancelQueued(); err != nil {
 		return nil, err
 	}
-	per := min(b.cfg.Tasks, 600)
+	per := min(b.cfg.Tasks, maxAssetsTasks)
 	rounds := b.samples(2)
 	var objRates, blobRates, objWAL, blobWAL, objCPU, blobCPU []float64
 	for r := range rounds {
@@ -91,16 +97,19 @@ func (b *bench) drainProcesses(procs int, assets string, n int) (d drained, err 
 		return d, err
 	}
 	start := time.Now()
-	// A seed of its own per run: no image is already stored.
-	spec := fmt.Appendf(nil, `{"prompt":"drain","seed":%d,"params":{"width":%d,"height":%d}}`,
-		time.Now().UnixNano()&(1<<53-1), assetsImage, assetsImage)
+	// A seed of its own per batch of a run: no image is stored already
+	// (the batches' tasks have the same frames, so one seed for all
+	// would make the same images again, which the blobs table keeps once
+	// and an object store overwrites).
+	seed := time.Now().UnixNano() & (1<<52 - 1)
 	var batches []string
 	for left := n; left > 0; left -= 600 {
 		in, err := newTree("bench", b.id("drain-assets"), min(left, 600), generator.Noop)
 		if err != nil {
 			return d, err
 		}
-		in.Batch.Spec = spec
+		in.Batch.Spec = fmt.Appendf(nil, `{"prompt":"drain","seed":%d,"params":{"width":%d,"height":%d}}`,
+			seed+int64(len(batches)), assetsImage, assetsImage)
 		if _, _, err := b.cfg.Store.CreateIntent(b.ctx, in); err != nil {
 			return d, err
 		}
