@@ -334,3 +334,40 @@ func mustID(t *testing.T) string {
 	}
 	return id
 }
+
+// Migration 0103 drops tasks_by_batch_state: a new schema never has it,
+// and a database made before 0103 (the index there, 0103 not recorded)
+// loses it on the next Open, which leaves the other indexes.
+func TestIndexesAfter0103(t *testing.T) {
+	t.Parallel()
+	u, schema := pgtest.Schema(t)
+	ctx := testCtx(t)
+	indexes := func(s *postgres.Store) []string {
+		t.Helper()
+		var names []string
+		if err := s.Pool().QueryRow(ctx, `SELECT COALESCE(array_agg(c.relname::text || ' ' || am.amname ORDER BY c.relname), '{}')
+			FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam
+			JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND i.indrelid IN ('tasks'::regclass, 'assets'::regclass)`, schema).Scan(&names); err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	want := fmt.Sprint([]string{"assets_by_actor btree", "assets_by_sha256 btree", "assets_pkey btree", "assets_task_id_key btree",
+		"tasks_by_batch btree", "tasks_leased btree", "tasks_pkey btree", "tasks_queued btree"})
+	s := open(t, u)
+	if got := fmt.Sprint(indexes(s)); got != want {
+		t.Fatalf("a new schema's task and asset indexes: %s, want %s", got, want)
+	}
+	// The database as 0102 left it.
+	if _, err := s.Pool().Exec(ctx, `CREATE INDEX tasks_by_batch_state ON tasks (batch_id, state, id);
+		DELETE FROM schema_migrations WHERE version = 103`); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(indexes(s)); got == want {
+		t.Fatalf("the old schema's indexes are the new ones (%s): the test does not start from the old schema", got)
+	}
+	if got := fmt.Sprint(indexes(openSchema(t, schema))); got != want {
+		t.Fatalf("indexes after 0103 on an old schema: %s, want %s", got, want)
+	}
+}

@@ -1,0 +1,11 @@
+-- One task index fewer to write on every move: with the images in an
+-- object store, the WAL a task writes is its rows and their index entries.
+-- tasks_by_batch_state (batch_id, state, id) of 0001 served the claims
+-- until 0102 gave them tasks_queued; what else reads a batch's tasks by
+-- state (the task listing with a state filter, the cancel sweep) reads at
+-- most one batch's tasks, the task limit of rows, in id order through
+-- tasks_by_batch (batch_id, id), or its queued ones through tasks_queued.
+-- A task's insert, its claim and its completion each entered one b-tree
+-- more than they needed: about a fifth of the WAL records a task writes.
+-- Converting an existing database is this one statement.
+DROP INDEX IF EXISTS tasks_by_batch_state;
